@@ -1,0 +1,5 @@
+import sys
+
+from tensorplan.cli import main
+
+sys.exit(main())

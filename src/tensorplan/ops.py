@@ -1,0 +1,332 @@
+"""Op builders: each records (op, srcs, params) and returns a new Tensor. Nothing computes.
+
+Shapes follow numpy's broadcasting and axis order. Every op says whether it may run in
+place (its backend kernel tolerates dst being one of its same-layout srcs); view ops
+alias their source's bytes and get no memory of their own.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from tensorplan import dtype as dt
+from tensorplan.dtype import DType
+from tensorplan.tensor import Flag, Op, Tensor, contiguous_strides, extent
+
+# ---- the op table -------------------------------------------------------------------
+ADD = Op("add", inplace=True)
+SUB = Op("sub", inplace=True)
+MUL = Op("mul", inplace=True)
+DIV = Op("div", inplace=True)
+SCALE = Op("scale", inplace=True)
+NEG = Op("neg", inplace=True)
+EXP = Op("exp", inplace=True)
+SQRT = Op("sqrt", inplace=True)
+TANH = Op("tanh", inplace=True)
+GELU = Op("gelu", inplace=True)
+SILU = Op("silu", inplace=True)
+RELU = Op("relu", inplace=True)
+SOFTMAX = Op("softmax", inplace=True)
+LAYER_NORM = Op("layer_norm", inplace=True)
+RMS_NORM = Op("rms_norm", inplace=True)
+MATMUL = Op("matmul")
+IM2COL = Op("im2col")
+CONCAT = Op("concat")
+GET_ROWS = Op("get_rows")
+CONT = Op("cont")
+CAST = Op("cast")
+MEAN = Op("mean")
+ARGMAX = Op("argmax")
+COPY_INTO = Op("copy_into", is_view=True)  # writes src into dst's bytes; result is a view of dst
+VIEW = Op("view", is_view=True)
+RESHAPE = Op("reshape", is_view=True)
+PERMUTE = Op("permute", is_view=True)
+
+ALL_OPS: tuple[Op, ...] = (
+    ADD, SUB, MUL, DIV, SCALE, NEG, EXP, SQRT, TANH, GELU, SILU, RELU, SOFTMAX, LAYER_NORM,
+    RMS_NORM, MATMUL, IM2COL, CONCAT, GET_ROWS, CONT, CAST, MEAN, ARGMAX, COPY_INTO, VIEW,
+    RESHAPE, PERMUTE,
+)  # fmt: skip
+
+
+def _node(op: Op, shape: Sequence[int], dtype: DType, srcs: Sequence[Tensor], name: str = "",
+          **params: Any) -> Tensor:
+    return Tensor(tuple(shape), dtype, op=op, srcs=tuple(srcs), params=params, name=name)
+
+
+# ---- leafs ----------------------------------------------------------------------------
+def new_tensor(shape: Sequence[int], dtype: DType = dt.float32, name: str = "",
+               flags: Flag = Flag.NONE) -> Tensor:
+    return Tensor(tuple(shape), dtype, name=name, flags=flags)
+
+
+def input(shape: Sequence[int], dtype: DType = dt.float32, name: str = "") -> Tensor:  # noqa: A001
+    return new_tensor(shape, dtype, name, Flag.INPUT)
+
+
+def param(shape: Sequence[int], dtype: DType = dt.float32, name: str = "") -> Tensor:
+    return new_tensor(shape, dtype, name, Flag.PARAM)
+
+
+def ref(t: Tensor, name: str = "") -> Tensor:
+    """A leaf that views `t` (ggml_view_tensor): how a later graph reads an earlier
+    graph's result or a persistent tensor without making it one of its own nodes."""
+    return Tensor(t.shape, t.dtype, strides=t.strides, view_src=t.root,
+                  view_offset=t.view_offset, name=name or f"{t.name}(ref)")
+
+
+# ---- elementwise ------------------------------------------------------------------------
+def broadcast_shape(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
+    n = max(len(a), len(b))
+    pa = (1,) * (n - len(a)) + tuple(a)
+    pb = (1,) * (n - len(b)) + tuple(b)
+    out = []
+    for x, y in zip(pa, pb, strict=True):
+        if x != y and 1 not in (x, y):
+            raise ValueError(f"shapes {tuple(a)} and {tuple(b)} do not broadcast")
+        out.append(max(x, y) if 0 not in (x, y) else 0)
+    return tuple(out)
+
+
+def _binary(op: Op, a: Tensor, b: Tensor, name: str) -> Tensor:
+    if a.dtype != b.dtype:
+        raise TypeError(f"{op.name}: dtypes differ ({a.dtype} vs {b.dtype})")
+    return _node(op, broadcast_shape(a.shape, b.shape), a.dtype, (a, b), name)
+
+
+def add(a: Tensor, b: Tensor, name: str = "") -> Tensor:
+    return _binary(ADD, a, b, name)
+
+
+def sub(a: Tensor, b: Tensor, name: str = "") -> Tensor:
+    return _binary(SUB, a, b, name)
+
+
+def mul(a: Tensor, b: Tensor, name: str = "") -> Tensor:
+    return _binary(MUL, a, b, name)
+
+
+def div(a: Tensor, b: Tensor, name: str = "") -> Tensor:
+    return _binary(DIV, a, b, name)
+
+
+def _unary(op: Op, a: Tensor, name: str, **params: Any) -> Tensor:
+    return _node(op, a.shape, a.dtype, (a,), name, **params)
+
+
+def scale(a: Tensor, s: float, name: str = "") -> Tensor:
+    return _unary(SCALE, a, name, s=float(s))
+
+
+def neg(a: Tensor, name: str = "") -> Tensor:
+    return _unary(NEG, a, name)
+
+
+def exp(a: Tensor, name: str = "") -> Tensor:
+    return _unary(EXP, a, name)
+
+
+def sqrt(a: Tensor, name: str = "") -> Tensor:
+    return _unary(SQRT, a, name)
+
+
+def tanh(a: Tensor, name: str = "") -> Tensor:
+    return _unary(TANH, a, name)
+
+
+def gelu(a: Tensor, name: str = "") -> Tensor:
+    """Exact GELU: x * (1 + erf(x / sqrt(2))) / 2."""
+    return _unary(GELU, a, name)
+
+
+def silu(a: Tensor, name: str = "") -> Tensor:
+    return _unary(SILU, a, name)
+
+
+def relu(a: Tensor, name: str = "") -> Tensor:
+    return _unary(RELU, a, name)
+
+
+# ---- normalisation ------------------------------------------------------------------------
+def softmax(a: Tensor, mask: Tensor | None = None, scale: float = 1.0, name: str = "") -> Tensor:
+    """softmax(a * scale + mask) over the last axis; mask broadcasts to a."""
+    srcs: tuple[Tensor, ...] = (a,)
+    if mask is not None:
+        broadcast_shape(a.shape, mask.shape)
+        if broadcast_shape(a.shape, mask.shape) != a.shape:
+            raise ValueError(f"softmax mask {mask.shape} must broadcast to {a.shape}")
+        srcs = (a, mask)
+    return _node(SOFTMAX, a.shape, a.dtype, srcs, name, scale=float(scale))
+
+
+def _check_vector(v: Tensor | None, n: int, what: str) -> None:
+    if v is not None and v.shape != (n,):
+        raise ValueError(f"{what} must have shape ({n},), got {v.shape}")
+
+
+def layer_norm(a: Tensor, weight: Tensor | None = None, bias: Tensor | None = None,
+               eps: float = 1e-5, name: str = "") -> Tensor:
+    """(a - mean) / sqrt(var + eps) * weight + bias over the last axis."""
+    _check_vector(weight, a.shape[-1], "layer_norm weight")
+    _check_vector(bias, a.shape[-1], "layer_norm bias")
+    srcs = tuple(t for t in (a, weight, bias) if t is not None)
+    return _node(LAYER_NORM, a.shape, a.dtype, srcs, name, eps=float(eps),
+                 has_weight=weight is not None, has_bias=bias is not None)
+
+
+def rms_norm(a: Tensor, weight: Tensor | None = None, eps: float = 1e-6, name: str = "") -> Tensor:
+    _check_vector(weight, a.shape[-1], "rms_norm weight")
+    srcs = (a,) if weight is None else (a, weight)
+    return _node(RMS_NORM, a.shape, a.dtype, srcs, name, eps=float(eps))
+
+
+# ---- linear algebra ------------------------------------------------------------------------
+def matmul(a: Tensor, b: Tensor, transpose_b: bool = False, name: str = "") -> Tensor:
+    """a (..., M, K) @ b (..., K, N), or b (..., N, K) transposed; batch axes broadcast.
+    The result takes a's dtype (a float16 weight as b is widened by the backend)."""
+    if a.ndim < 2 or b.ndim < 2:
+        raise ValueError(f"matmul needs 2-D or more operands, got {a.shape} and {b.shape}")
+    m, k = a.shape[-2:]
+    kb, n = (b.shape[-1], b.shape[-2]) if transpose_b else b.shape[-2:]
+    if k != kb:
+        raise ValueError(f"matmul: inner dims differ: {a.shape} @ {b.shape} (transpose_b={transpose_b})")
+    batch = broadcast_shape(a.shape[:-2], b.shape[:-2])
+    return _node(MATMUL, (*batch, m, n), a.dtype, (a, b), name, transpose_b=transpose_b)
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, name: str = "") -> Tensor:
+    """x @ weight.T + bias, with weight in PyTorch's (out_features, in_features) layout."""
+    y = matmul(x, weight, transpose_b=True, name=f"{name}.mm" if name else "")
+    return add(y, bias, name=name) if bias is not None else y
+
+
+def im2col(x: Tensor, kernel: int, stride: int = 1, padding: int = 0, name: str = "") -> Tensor:
+    """x (C, L) -> columns (L_out, C * kernel), column index c * kernel + k."""
+    if x.ndim != 2:
+        raise ValueError(f"im2col expects (channels, length), got {x.shape}")
+    c, length = x.shape
+    l_out = (length + 2 * padding - kernel) // stride + 1
+    if l_out <= 0:
+        raise ValueError(f"im2col: input length {length} too short for kernel {kernel}")
+    return _node(IM2COL, (l_out, c * kernel), x.dtype, (x,), name, kernel=kernel, stride=stride,
+                 padding=padding)
+
+
+def conv1d(x: Tensor, weight: Tensor, stride: int = 1, padding: int = 0, name: str = "") -> Tensor:
+    """x (C_in, L), weight (C_out, C_in, K) -> (C_out, L_out), as im2col + matmul."""
+    c_out, c_in, k = weight.shape
+    if x.shape[0] != c_in:
+        raise ValueError(f"conv1d: input has {x.shape[0]} channels, weight expects {c_in}")
+    cols = im2col(x, k, stride, padding, name=f"{name}.im2col" if name else "")
+    w2d = reshape(weight, (c_out, c_in * k))
+    return matmul(w2d, cols, transpose_b=True, name=name)
+
+
+# ---- data movement ------------------------------------------------------------------------
+def concat(ts: Sequence[Tensor], axis: int = 0, name: str = "") -> Tensor:
+    if not ts:
+        raise ValueError("concat of nothing")
+    first = ts[0]
+    axis = axis % first.ndim
+    for t in ts[1:]:
+        if t.dtype != first.dtype or t.ndim != first.ndim or any(
+            t.shape[i] != first.shape[i] for i in range(first.ndim) if i != axis
+        ):
+            raise ValueError(f"concat: {t.shape} does not match {first.shape} off axis {axis}")
+    shape = list(first.shape)
+    shape[axis] = sum(t.shape[axis] for t in ts)
+    return _node(CONCAT, shape, first.dtype, ts, name, axis=axis)
+
+
+def get_rows(table: Tensor, ids: Tensor, name: str = "") -> Tensor:
+    """table (V, ...), integer ids (n,) -> (n, ...): an embedding lookup."""
+    if ids.ndim != 1 or ids.dtype not in (dt.int32, dt.int64):
+        raise ValueError(f"get_rows ids must be a 1-D integer tensor, got {ids.dtype} {ids.shape}")
+    return _node(GET_ROWS, (ids.shape[0], *table.shape[1:]), table.dtype, (table, ids), name)
+
+
+def cont(a: Tensor, name: str = "") -> Tensor:
+    """A contiguous copy (of a strided view, typically)."""
+    return _node(CONT, a.shape, a.dtype, (a,), name)
+
+
+def cast(a: Tensor, dtype: DType, name: str = "") -> Tensor:
+    return _node(CAST, a.shape, dtype, (a,), name)
+
+
+def copy_into(src: Tensor, dst: Tensor, name: str = "") -> Tensor:
+    """Write src into dst's bytes (e.g. a KV-cache slot); returns a view of dst that
+    orders later readers after the write. dst usually lives outside the graph."""
+    if src.shape != dst.shape:
+        raise ValueError(f"copy_into: shapes differ ({src.shape} vs {dst.shape})")
+    t = Tensor(dst.shape, dst.dtype, strides=dst.strides, op=COPY_INTO, srcs=(src, dst),
+               view_src=dst.root, view_offset=dst.view_offset, name=name)
+    return t
+
+
+def mean(a: Tensor, axis: int = -1, name: str = "") -> Tensor:
+    """Mean over one axis, kept as size 1."""
+    axis = axis % a.ndim
+    shape = list(a.shape)
+    shape[axis] = 1
+    return _node(MEAN, shape, a.dtype, (a,), name, axis=axis)
+
+
+def argmax(a: Tensor, axis: int = -1, name: str = "") -> Tensor:
+    """Index of the maximum over one axis (removed), as int32."""
+    axis = axis % a.ndim
+    shape = a.shape[:axis] + a.shape[axis + 1 :]
+    return _node(ARGMAX, shape, dt.int32, (a,), name, axis=axis)
+
+
+# ---- views ----------------------------------------------------------------------------------
+def _view_node(op: Op, a: Tensor, shape: Sequence[int], strides: Sequence[int], offset: int,
+               name: str, **params: Any) -> Tensor:
+    t = Tensor(tuple(shape), a.dtype, strides=tuple(strides), op=op, srcs=(a,), params=params,
+               view_src=a.root, view_offset=a.view_offset + offset, name=name)
+    root = a.root
+    if t.nbytes and t.view_offset + t.nbytes > root.nbytes:
+        raise ValueError(f"view [{t.view_offset}, {t.view_offset + t.nbytes}) exceeds its root "
+                         f"of {root.nbytes} B")
+    return t
+
+
+def view(a: Tensor, shape: Sequence[int], strides: Sequence[int] | None = None, offset: int = 0,
+         name: str = "") -> Tensor:
+    """A window into a's bytes: byte offset from a's start, byte strides (default contiguous)."""
+    st = tuple(strides) if strides is not None else contiguous_strides(tuple(shape), a.dtype.itemsize)
+    if offset < 0 or any(s < 0 for s in st):
+        raise ValueError("views take non-negative offsets and strides")
+    if offset + extent(tuple(shape), st, a.dtype.itemsize) > a.nbytes:
+        raise ValueError(f"view of {tuple(shape)} at +{offset} exceeds its source {a.shape}")
+    return _view_node(VIEW, a, shape, st, offset, name)
+
+
+def reshape(a: Tensor, shape: Sequence[int], name: str = "") -> Tensor:
+    shape = list(shape)
+    if shape.count(-1) == 1:
+        known = math.prod(n for n in shape if n != -1)
+        shape[shape.index(-1)] = a.size // known if known else 0
+    if math.prod(shape) != a.size:
+        raise ValueError(f"cannot reshape {a.shape} to {tuple(shape)}")
+    if not a.is_contiguous:
+        raise ValueError(f"reshape needs a contiguous tensor; {a.shape} has strides {a.strides} "
+                         "(use cont first)")
+    return _view_node(RESHAPE, a, shape, contiguous_strides(tuple(shape), a.dtype.itemsize), 0, name)
+
+
+def permute(a: Tensor, axes: Sequence[int], name: str = "") -> Tensor:
+    axes = [x % a.ndim for x in axes]
+    if sorted(axes) != list(range(a.ndim)):
+        raise ValueError(f"permute axes {axes} are not a permutation of {a.ndim} axes")
+    return _view_node(PERMUTE, a, [a.shape[i] for i in axes], [a.strides[i] for i in axes], 0,
+                      name, axes=tuple(axes))
+
+
+def transpose(a: Tensor, name: str = "") -> Tensor:
+    """Swap the last two axes (a view)."""
+    axes = list(range(a.ndim))
+    axes[-2], axes[-1] = axes[-1], axes[-2]
+    return permute(a, axes, name)
