@@ -1,0 +1,105 @@
+"""What a transcription produces: words, segments and the whole result, as frozen values.
+
+`to_dict()` gives openai-whisper's `transcribe()` dictionary, the shape its JSON writer dumps;
+`from_dict()` reads that shape back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Word:
+    word: str  # as decoded, with its leading space
+    start: float  # seconds
+    end: float
+    probability: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "word": self.word,
+            "start": self.start,
+            "end": self.end,
+            "probability": self.probability,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Word:
+        return cls(d["word"], d["start"], d["end"], d["probability"])
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    id: int
+    seek: int  # mel frame offset of the 30 s window this segment was decoded from
+    start: float  # seconds
+    end: float
+    text: str
+    tokens: tuple[int, ...]  # text and timestamp tokens, no SOT sequence
+    temperature: float
+    avg_logprob: float
+    compression_ratio: float
+    no_speech_prob: float
+    words: tuple[Word, ...] | None = None  # only with word timestamps
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "id": self.id,
+            "seek": self.seek,
+            "start": self.start,
+            "end": self.end,
+            "text": self.text,
+            "tokens": list(self.tokens),
+            "temperature": self.temperature,
+            "avg_logprob": self.avg_logprob,
+            "compression_ratio": self.compression_ratio,
+            "no_speech_prob": self.no_speech_prob,
+        }
+        if self.words is not None:
+            d["words"] = [w.to_dict() for w in self.words]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Segment:
+        words = d.get("words")
+        return cls(
+            id=d["id"],
+            seek=d["seek"],
+            start=d["start"],
+            end=d["end"],
+            text=d["text"],
+            tokens=tuple(d["tokens"]),
+            temperature=d["temperature"],
+            avg_logprob=d["avg_logprob"],
+            compression_ratio=d["compression_ratio"],
+            no_speech_prob=d["no_speech_prob"],
+            words=None if words is None else tuple(Word.from_dict(w) for w in words),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TranscriptionResult:
+    text: str
+    segments: tuple[Segment, ...]
+    language: str
+    language_probs: dict[str, float] | None = None  # from language detection; not in to_dict
+
+    @property
+    def has_words(self) -> bool:
+        """Whether word timestamps were computed (openai checks the first segment)."""
+        return bool(self.segments) and self.segments[0].words is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "segments": [s.to_dict() for s in self.segments],
+            "language": self.language,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TranscriptionResult:
+        segments = tuple(Segment.from_dict(s) for s in d["segments"])
+        return cls(text=d["text"], segments=segments, language=d["language"])
