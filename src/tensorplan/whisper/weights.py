@@ -1,0 +1,592 @@
+"""Read CTranslate2 `model.bin` files, and the Whisper weights inside them.
+
+The file is memory-mapped, never read whole: parsing touches only the variable headers, and
+arrays are read-only views into the mapping, so the pages of a tensor are read when (and only
+when) something touches it. Payloads are packed with no alignment, so a view is usually
+unaligned: numpy reads it correctly, but ufuncs then copy through a small aligned buffer, so
+hot loops should convert once (`get(name, dtype=np.float32)` returns a fresh aligned array).
+The mapping stays open while the `ModelBin` or any view of it is alive.
+
+Validation happens before anything is allocated: every count, length and shape is checked
+against the bytes the file has left, so a corrupt or hostile file costs at most its own size.
+Every problem is a `ModelError` whose one-line message starts with the file's path.
+Format reference: shared/reference/whisper.md §1.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import mmap
+import os
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import DTypeLike
+
+from tensorplan.errors import ModelError
+from tensorplan.whisper.models import DEFAULT_MODEL, resolve_model
+
+MAX_BINARY_VERSION = 6
+MAX_RANK = 8  # CT2 never writes more than 4; anything above 8 is corruption
+WHISPER_SPEC = "WhisperSpec"
+MAX_WHISPER_REVISION = 3
+INT16_DEFAULT_SCALE = 1000.0  # CT2's global int16 scale, for old int16 files without a scale
+MAX_CONFIG_BYTES = 16 << 20  # config.json is ~2 KB; refuse to parse something absurd
+
+# CT2 `enum DataType` order (include/ctranslate2/types.h): id -> (name, numpy storage type).
+# bfloat16 has no numpy type: it is stored as its raw 16 bits and widened on `get`.
+DTYPES: dict[int, tuple[str, str]] = {
+    0: ("float32", "<f4"),
+    1: ("int8", "i1"),
+    2: ("int16", "<i2"),
+    3: ("int32", "<i4"),
+    4: ("float16", "<f2"),
+    5: ("bfloat16", "<u2"),
+}
+# Binary versions < 4 stored an item width instead of a dtype id (CT2's "flawed" old logic).
+_DTYPE_BY_WIDTH = {4: 0, 2: 2, 1: 1}
+_STORAGE = {name: np.dtype(storage) for name, storage in DTYPES.values()}
+_MIN_VARIABLE_BYTES = 9  # name (u16 length + NUL) + rank + dtype/width + count/num_bytes
+_MIN_ALIAS_BYTES = 6  # two empty strings
+
+
+@dataclass(frozen=True, slots=True)
+class Variable:
+    """One variable's header: where its payload lies in the file and how to read it."""
+
+    name: str
+    shape: tuple[int, ...]  # C order, as stored
+    dtype: str  # CT2 type name: float32, int8, int16, int32, float16 or bfloat16
+    offset: int  # byte offset of the payload in the file
+    nbytes: int
+
+    @property
+    def storage(self) -> np.dtype[Any]:
+        """The numpy type of the stored bytes (bfloat16 is read as uint16)."""
+        return _STORAGE[self.dtype]
+
+
+class _Reader:
+    """Bounds-checked little-endian reads from the mapped file; failures name the file."""
+
+    __slots__ = ("buf", "path", "pos", "size")
+
+    def __init__(self, buf: mmap.mmap | bytes, path: Path) -> None:
+        self.buf, self.path, self.pos, self.size = buf, path, 0, len(buf)
+
+    def error(self, problem: str) -> ModelError:
+        return ModelError(f"{self.path}: {problem}")
+
+    def take(self, n: int, what: str) -> int:
+        """Advance over n bytes and return where they start."""
+        if n > self.size - self.pos:
+            raise self.error(
+                f"truncated: {what} needs {n} bytes at offset {self.pos}, "
+                f"only {self.size - self.pos} remain"
+            )
+        start, self.pos = self.pos, self.pos + n
+        return start
+
+    def uint(self, fmt: str, what: str) -> int:
+        value: int = struct.unpack_from(fmt, self.buf, self.take(struct.calcsize(fmt), what))[0]
+        return value
+
+    def string(self, what: str) -> str:
+        n = self.uint("<H", f"length of {what}")
+        if n == 0:
+            raise self.error(f"{what} at offset {self.pos - 2} has length 0 (must count its NUL)")
+        start = self.take(n, what)
+        raw = self.buf[start : start + n]
+        if raw[-1] != 0 or 0 in raw[:-1]:
+            raise self.error(f"{what} at offset {start} is not one NUL-terminated string")
+        try:
+            return raw[:-1].decode("utf-8")
+        except UnicodeDecodeError:
+            raise self.error(f"{what} at offset {start} is not UTF-8") from None
+
+    def count(self, what: str, min_bytes: int) -> int:
+        """A u32 element count that must fit in what is left of the file."""
+        n = self.uint("<I", what)
+        if n * min_bytes > self.size - self.pos:
+            raise self.error(f"{what} {n} cannot fit in the {self.size - self.pos} bytes left")
+        return n
+
+
+class ModelBin:
+    """A parsed model.bin: header, variable index and aliases over a read-only memory map."""
+
+    def __init__(
+        self,
+        path: Path,
+        buf: mmap.mmap | bytes,
+        version: int,
+        spec: str | None,
+        revision: int,
+        variables: dict[str, Variable],
+        aliases: dict[str, str],
+    ) -> None:
+        self.path = path
+        self.binary_version = version
+        self.spec = spec  # None before binary version 2
+        self.spec_revision = revision
+        self.variables = variables
+        self.aliases = aliases  # alias name -> target variable name
+        self._buf = buf
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.variables or name in self.aliases
+
+    def error(self, problem: str) -> ModelError:
+        return ModelError(f"{self.path}: {problem}")
+
+    def resolve(self, name: str) -> Variable:
+        """The variable behind a name or an alias."""
+        try:
+            return self.variables[self.aliases.get(name, name)]
+        except KeyError:
+            raise self.error(f"no variable {name!r}") from None
+
+    def raw(self, name: str) -> np.ndarray:
+        """The stored values as a read-only, possibly unaligned view (bfloat16 as uint16)."""
+        v = self.resolve(name)
+        count = v.nbytes // v.storage.itemsize
+        return np.frombuffer(self._buf, v.storage, count, v.offset).reshape(v.shape)
+
+    def get(self, name: str, dtype: DTypeLike | None = None) -> np.ndarray:
+        """A variable's values: as stored (a view) unless it needs widening or `dtype` asks.
+
+        bfloat16 becomes float32, quantized int8/int16 weights are dequantized to float32,
+        and everything else (float16 included) stays as stored. With `dtype`, the result is
+        a fresh aligned array of that type.
+        """
+        v = self.resolve(name)
+        values, fresh = self.raw(name), True
+        if v.dtype == "bfloat16":
+            values = (values.astype(np.uint32) << 16).view(np.float32)
+        elif v.dtype in ("int8", "int16") and v.name.endswith("weight") and v.shape:
+            values = dequantize(values, self._scale(v))
+        else:
+            fresh = False
+        if dtype is not None and (not fresh or values.dtype != np.dtype(dtype)):
+            values = values.astype(dtype)
+        return values
+
+    def scalar(self, name: str, default: int | float | None = None) -> int | float:
+        """A rank-0 flag or hyper-parameter (num_heads, pre_norm, ...) as a Python number."""
+        if name not in self and default is not None:
+            return default
+        v = self.resolve(name)
+        if math.prod(v.shape) != 1:
+            raise self.error(f"{name} should be a scalar but has shape {v.shape}")
+        value: int | float = self.get(name).reshape(()).item()
+        return value
+
+    def _scale(self, v: Variable) -> np.ndarray:
+        # Aliases share their target's scale (CT2 registers `<alias>_scale` implicitly).
+        scale_name = v.name + "_scale"
+        if scale_name not in self:
+            if v.dtype == "int16":
+                return np.asarray(INT16_DEFAULT_SCALE, np.float32)
+            raise self.error(f"int8 weight {v.name} has no {scale_name}")
+        scale = self.get(scale_name, np.float32)
+        want = (v.shape[0],) if v.dtype == "int8" else ()
+        if scale.size != math.prod(want):
+            raise self.error(f"{scale_name} has shape {scale.shape}, expected {want}")
+        return scale.reshape(want)
+
+
+def dequantize(q: np.ndarray, scale: np.ndarray | float) -> np.ndarray:
+    """Undo CT2 quantization: `q / scale` in float32.
+
+    int8 weights carry one scale per output row (`scale` shape `(q.shape[0],)`, conv weights
+    included); int16 weights carry one scalar scale for the whole tensor.
+    """
+    s = np.asarray(scale, np.float32)
+    if s.ndim == 0:
+        return q.astype(np.float32) / s
+    rows = q.reshape(s.shape[0], -1).astype(np.float32) / s[:, None]
+    return rows.reshape(q.shape)
+
+
+def read_model_bin(path: str | Path, spec: str | None = WHISPER_SPEC) -> ModelBin:
+    """Parse a model.bin (binary versions 1..6); `spec=None` accepts any model spec."""
+    path = Path(path)
+    buf = _map(path)
+    r = _Reader(buf, path)
+    version = r.uint("<I", "binary version")
+    if not 1 <= version <= MAX_BINARY_VERSION:
+        raise r.error(f"binary version {version} is not supported (1..{MAX_BINARY_VERSION})")
+    name, revision = None, 1
+    if version >= 2:
+        name = r.string("spec name")
+        revision = r.uint("<I", "spec revision")
+        if spec is not None and name != spec:
+            raise r.error(f"spec {name!r} is not the expected {spec!r}")
+        if name == WHISPER_SPEC and revision > MAX_WHISPER_REVISION:
+            raise r.error(f"WhisperSpec revision {revision} is newer than {MAX_WHISPER_REVISION}")
+    variables: dict[str, Variable] = {}
+    for _ in range(r.count("num_variables", _MIN_VARIABLE_BYTES)):
+        v = _read_variable(r, version)
+        if v.name in variables:
+            raise r.error(f"variable {v.name!r} appears twice")
+        variables[v.name] = v
+    aliases = _read_aliases(r, variables) if version >= 3 else {}
+    return ModelBin(path, buf, version, name, revision, variables, aliases)
+
+
+def _map(path: Path) -> mmap.mmap:
+    try:
+        with path.open("rb") as f:
+            if os.fstat(f.fileno()).st_size == 0:
+                raise ModelError(f"{path}: empty file")
+            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except FileNotFoundError:
+        raise ModelError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise ModelError(f"{path}: is a directory, not a model.bin") from None
+    except OSError as e:
+        raise ModelError(f"{path}: cannot read: {e.strerror or e}") from None
+
+
+def _read_variable(r: _Reader, version: int) -> Variable:
+    name = r.string("variable name")
+    rank = r.uint("<B", f"rank of {name}")
+    if rank > MAX_RANK:
+        raise r.error(f"variable {name} has rank {rank} (at most {MAX_RANK})")
+    shape = struct.unpack_from(f"<{rank}I", r.buf, r.take(4 * rank, f"dims of {name}"))
+    if version >= 4:
+        dtype_id = r.uint("<B", f"dtype of {name}")
+        if dtype_id not in DTYPES:
+            raise r.error(f"variable {name} has unknown dtype id {dtype_id}")
+        num_bytes = r.uint("<I", f"byte count of {name}")
+    else:
+        width = r.uint("<B", f"item size of {name}")
+        if width not in _DTYPE_BY_WIDTH:
+            raise r.error(f"variable {name} has unknown item size {width}")
+        dtype_id = _DTYPE_BY_WIDTH[width]
+        num_bytes = r.uint("<I", f"element count of {name}") * width
+    dtype, storage = DTYPES[dtype_id]
+    expected = math.prod(shape) * np.dtype(storage).itemsize
+    if expected > r.size:
+        raise r.error(f"variable {name} shape {shape} needs {expected} bytes, file has {r.size}")
+    if num_bytes != expected:
+        raise r.error(
+            f"variable {name} has {num_bytes} bytes, shape {shape} {dtype} needs {expected}"
+        )
+    offset = r.take(num_bytes, f"data of {name}")
+    return Variable(name, tuple(shape), dtype, offset, num_bytes)
+
+
+def _read_aliases(r: _Reader, variables: dict[str, Variable]) -> dict[str, str]:
+    aliases: dict[str, str] = {}
+    for _ in range(r.count("num_aliases", _MIN_ALIAS_BYTES)):
+        alias, target = r.string("alias name"), r.string("alias target")
+        if alias in variables or alias in aliases:
+            raise r.error(f"alias {alias!r} redefines an existing name")
+        if target not in variables:
+            raise r.error(f"alias {alias!r} points to missing variable {target!r}")
+        aliases[alias] = target
+    return aliases
+
+
+# --- Whisper ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ModelDims:
+    """Whisper hyper-parameters, named as in openai/whisper's ModelDimensions."""
+
+    n_mels: int
+    n_audio_ctx: int
+    n_audio_state: int
+    n_audio_head: int
+    n_audio_layer: int
+    n_vocab: int
+    n_text_ctx: int
+    n_text_state: int
+    n_text_head: int
+    n_text_layer: int
+
+
+@dataclass(frozen=True, slots=True)
+class WhisperConfig:
+    """config.json: token-id lists the decoder needs (reference §1.10)."""
+
+    alignment_heads: tuple[tuple[int, int], ...]  # (decoder layer, cross-attention head)
+    lang_ids: tuple[int, ...]  # language token ids; wrong (off by one) in .en models
+    suppress_ids: tuple[int, ...]  # suppressed at every step ("-1" in openai/whisper)
+    suppress_ids_begin: tuple[int, ...]  # suppressed at the first sampled step
+
+
+@dataclass(frozen=True, slots=True)
+class Linear:
+    """y = x @ weight.T + bias; conv weights are (out, in, kernel)."""
+
+    weight: np.ndarray
+    bias: np.ndarray | None
+
+
+@dataclass(frozen=True, slots=True)
+class LayerNorm:
+    gamma: np.ndarray
+    beta: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class Attention:
+    """Self- or cross-attention with the fused CT2 projections split into q, k and v."""
+
+    ln: LayerNorm
+    q: Linear
+    k: Linear  # its bias is all zeros: openai's key projection has none
+    v: Linear
+    out: Linear
+
+
+@dataclass(frozen=True, slots=True)
+class FeedForward:
+    ln: LayerNorm
+    fc1: Linear  # (4d, d)
+    fc2: Linear  # (d, 4d)
+
+
+@dataclass(frozen=True, slots=True)
+class EncoderLayer:
+    attn: Attention
+    mlp: FeedForward
+
+
+@dataclass(frozen=True, slots=True)
+class DecoderLayer:
+    attn: Attention
+    cross_attn: Attention  # k and v apply to the encoder output
+    mlp: FeedForward
+
+
+@dataclass(frozen=True, slots=True)
+class WhisperWeights:
+    """A validated Whisper model: dims, config and structured access to its tensors.
+
+    Accessors take `dtype=None` (float16 stays float16, as stored) or a dtype to convert to.
+    """
+
+    model: ModelBin
+    dims: ModelDims
+    config: WhisperConfig
+
+    @classmethod
+    def load(cls, name_or_path: str | os.PathLike[str] = DEFAULT_MODEL) -> WhisperWeights:
+        """Load a named model ("tiny.en", "base", "small") or a CT2 model directory, and
+        check that every Whisper tensor is present with the shape the dims imply."""
+        model_dir = resolve_model(name_or_path)
+        model = read_model_bin(model_dir / "model.bin")
+        dims = infer_dims(model)
+        for name, shape in expected_shapes(dims).items():
+            if name not in model:
+                raise model.error(f"missing Whisper variable {name}")
+            if model.resolve(name).shape != shape:
+                raise model.error(f"{name} has shape {model.resolve(name).shape}, not {shape}")
+        return cls(model, dims, read_config(model_dir / "config.json", dims))
+
+    def get(self, name: str, dtype: DTypeLike | None = None) -> np.ndarray:
+        return self.model.get(name, dtype)
+
+    def linear(self, prefix: str, dtype: DTypeLike | None = None) -> Linear:
+        bias = prefix + "/bias"
+        return Linear(
+            self.get(prefix + "/weight", dtype),
+            self.get(bias, dtype) if bias in self.model else None,
+        )
+
+    def layer_norm(self, prefix: str, dtype: DTypeLike | None = None) -> LayerNorm:
+        return LayerNorm(self.get(prefix + "/gamma", dtype), self.get(prefix + "/beta", dtype))
+
+    def encoder_layer(self, i: int, dtype: DTypeLike | None = None) -> EncoderLayer:
+        p = f"encoder/layer_{_index(i, self.dims.n_audio_layer)}"
+        return EncoderLayer(
+            self._self_attention(p + "/self_attention", dtype), self._ffn(p + "/ffn", dtype)
+        )
+
+    def decoder_layer(self, i: int, dtype: DTypeLike | None = None) -> DecoderLayer:
+        p = f"decoder/layer_{_index(i, self.dims.n_text_layer)}"
+        cross = p + "/attention"
+        k, v = _split(self.linear(cross + "/linear_1", dtype), 2)
+        return DecoderLayer(
+            self._self_attention(p + "/self_attention", dtype),
+            Attention(
+                self.layer_norm(cross + "/layer_norm", dtype),
+                self.linear(cross + "/linear_0", dtype),
+                k,
+                v,
+                self.linear(cross + "/linear_2", dtype),
+            ),
+            self._ffn(p + "/ffn", dtype),
+        )
+
+    def _self_attention(self, p: str, dtype: DTypeLike | None) -> Attention:
+        q, k, v = _split(self.linear(p + "/linear_0", dtype), 3)
+        return Attention(
+            self.layer_norm(p + "/layer_norm", dtype), q, k, v, self.linear(p + "/linear_1", dtype)
+        )
+
+    def _ffn(self, p: str, dtype: DTypeLike | None) -> FeedForward:
+        return FeedForward(
+            self.layer_norm(p + "/layer_norm", dtype),
+            self.linear(p + "/linear_0", dtype),
+            self.linear(p + "/linear_1", dtype),
+        )
+
+
+def _index(i: int, n: int) -> int:
+    if not 0 <= i < n:
+        raise IndexError(f"layer {i} out of range (model has {n})")
+    return i
+
+
+def _split(fused: Linear, parts: int) -> list[Linear]:
+    """Split a fused projection by output rows (reference §1.8); slices stay views."""
+    d = fused.weight.shape[0] // parts
+    return [
+        Linear(
+            fused.weight[j * d : (j + 1) * d],
+            None if fused.bias is None else fused.bias[j * d : (j + 1) * d],
+        )
+        for j in range(parts)
+    ]
+
+
+def infer_dims(model: ModelBin) -> ModelDims:
+    """ModelDims from variable shapes and the num_heads scalars."""
+
+    def shape(name: str) -> tuple[int, ...]:
+        if name not in model:
+            raise model.error(f"missing Whisper variable {name}")
+        return model.resolve(name).shape
+
+    def n_heads(name: str) -> int:
+        shape(name)
+        return int(model.scalar(name))
+
+    conv1 = shape("encoder/conv1/weight")
+    embeddings = shape("decoder/embeddings/weight")
+    if len(conv1) != 3 or len(embeddings) != 2:
+        raise model.error(f"conv1 {conv1} / embeddings {embeddings} have the wrong rank")
+    dims = ModelDims(
+        n_mels=conv1[1],
+        n_audio_ctx=shape("encoder/position_encodings/encodings")[0],
+        n_audio_state=conv1[0],
+        n_audio_head=n_heads("encoder/num_heads"),
+        n_audio_layer=_count_layers(model, "encoder"),
+        n_vocab=embeddings[0],
+        n_text_ctx=shape("decoder/position_encodings/encodings")[0],
+        n_text_state=embeddings[1],
+        n_text_head=n_heads("decoder/num_heads"),
+        n_text_layer=_count_layers(model, "decoder"),
+    )
+    for side, state, heads in (
+        ("encoder", dims.n_audio_state, dims.n_audio_head),
+        ("decoder", dims.n_text_state, dims.n_text_head),
+    ):
+        if heads <= 0 or state % heads:
+            raise model.error(f"{side}: {heads} heads do not divide the width {state}")
+    return dims
+
+
+def _count_layers(model: ModelBin, side: str) -> int:
+    pattern = re.compile(rf"{side}/layer_(\d+)/")
+    found = {int(m.group(1)) for n in model.variables if (m := pattern.match(n))}
+    if not found:
+        raise model.error(f"no {side} layers")
+    return max(found) + 1  # gaps surface as missing variables in expected_shapes
+
+
+def expected_shapes(d: ModelDims) -> dict[str, tuple[int, ...]]:
+    """Every variable a Whisper model must have, with its shape."""
+    a, t = d.n_audio_state, d.n_text_state
+    shapes: dict[str, tuple[int, ...]] = {
+        "encoder/num_heads": (),
+        "decoder/num_heads": (),
+        "encoder/conv1/weight": (a, d.n_mels, 3),
+        "encoder/conv1/bias": (a,),
+        "encoder/conv2/weight": (a, a, 3),
+        "encoder/conv2/bias": (a,),
+        "encoder/position_encodings/encodings": (d.n_audio_ctx, a),
+        "decoder/embeddings/weight": (d.n_vocab, t),
+        "decoder/position_encodings/encodings": (d.n_text_ctx, t),
+        "decoder/projection/weight": (d.n_vocab, t),
+    }
+    shapes.update(_norm("encoder/layer_norm", a) | _norm("decoder/layer_norm", t))
+    for i in range(d.n_audio_layer):
+        shapes.update(_block(f"encoder/layer_{i}/self_attention", a, [(3 * a, a), (a, a)]))
+        shapes.update(_block(f"encoder/layer_{i}/ffn", a, [(4 * a, a), (a, 4 * a)]))
+    for i in range(d.n_text_layer):
+        shapes.update(_block(f"decoder/layer_{i}/self_attention", t, [(3 * t, t), (t, t)]))
+        cross = [(t, t), (2 * t, a), (t, t)]  # q from the text, fused k/v from the audio
+        shapes.update(_block(f"decoder/layer_{i}/attention", t, cross))
+        shapes.update(_block(f"decoder/layer_{i}/ffn", t, [(4 * t, t), (t, 4 * t)]))
+    return shapes
+
+
+def _norm(prefix: str, width: int) -> dict[str, tuple[int, ...]]:
+    return {prefix + "/gamma": (width,), prefix + "/beta": (width,)}
+
+
+def _block(prefix: str, width: int, linears: list[tuple[int, int]]) -> dict[str, tuple[int, ...]]:
+    """A layer norm plus linear_0..n, given each linear's (out, in) features."""
+    shapes = _norm(prefix + "/layer_norm", width)
+    for j, (n_out, n_in) in enumerate(linears):
+        shapes[f"{prefix}/linear_{j}/weight"] = (n_out, n_in)
+        shapes[f"{prefix}/linear_{j}/bias"] = (n_out,)
+    return shapes
+
+
+def read_config(path: str | Path, dims: ModelDims) -> WhisperConfig:
+    """Parse config.json. Without one, align on all heads of the last half of the layers
+    (the CT2 converter's fallback) and suppress nothing."""
+    path = Path(path)
+    if not path.exists():
+        half = dims.n_text_layer // 2
+        heads = tuple(
+            (i, h) for i in range(half, dims.n_text_layer) for h in range(dims.n_text_head)
+        )
+        return WhisperConfig(heads, (), (), ())
+    try:
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise ModelError(f"{path}: {path.stat().st_size} bytes is too large for a config")
+        data = json.loads(path.read_bytes())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ModelError(f"{path}: not valid JSON ({str(e).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise ModelError(f"{path}: expected a JSON object, found {type(data).__name__}")
+    heads = tuple((p[0], p[1]) for p in _int_list(data, "alignment_heads", path, pairs=True))
+    for layer, head in heads:
+        if not (0 <= layer < dims.n_text_layer and 0 <= head < dims.n_text_head):
+            raise ModelError(f"{path}: alignment head ({layer}, {head}) is outside the model")
+    return WhisperConfig(
+        alignment_heads=heads,
+        lang_ids=tuple(_int_list(data, "lang_ids", path)),
+        suppress_ids=tuple(_int_list(data, "suppress_ids", path)),
+        suppress_ids_begin=tuple(_int_list(data, "suppress_ids_begin", path)),
+    )
+
+
+def _int_list(data: dict[str, Any], key: str, path: Path, pairs: bool = False) -> list[Any]:
+    value = data.get(key, [])
+
+    def ok(x: Any) -> bool:
+        if pairs:
+            return isinstance(x, list) and len(x) == 2 and all(ok_int(y) for y in x)
+        return ok_int(x)
+
+    def ok_int(x: Any) -> bool:
+        return isinstance(x, int) and not isinstance(x, bool)
+
+    if not isinstance(value, list) or not all(ok(x) for x in value):
+        kind = "[layer, head] pairs" if pairs else "integers"
+        raise ModelError(f"{path}: {key} must be a list of {kind}")
+    return value
