@@ -1,0 +1,65 @@
+"""The Python API: `load_model(name_or_path)` and `Whisper.transcribe(audio, ...)`.
+
+This facade sits above the model, the decoding loop and the audio front end, so none of
+those imports another to attach methods to it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+import numpy as np
+
+from tensorplan.whisper.models import DEFAULT_MODEL, resolve_model
+from tensorplan.whisper.model import WhisperModel
+from tensorplan.whisper.options import TranscribeOptions
+from tensorplan.whisper.result import TranscriptionResult
+from tensorplan.whisper.tokenizer import load_tokenizer
+from tensorplan.whisper.transcribe import ProgressCallback, SegmentCallback, transcribe
+from tensorplan.whisper.weights import WhisperWeights
+
+
+class Whisper:
+    """A loaded model, planned and ready to transcribe."""
+
+    def __init__(self, model: WhisperModel, name: str) -> None:
+        self.model = model
+        self.name = name
+
+    @property
+    def dims(self) -> Any:
+        return self.model.dims
+
+    @property
+    def is_multilingual(self) -> bool:
+        return self.model.is_multilingual
+
+    def transcribe(self, audio: str | os.PathLike[str] | np.ndarray,
+                   options: TranscribeOptions | None = None, *,
+                   on_segment: SegmentCallback | None = None,
+                   progress: ProgressCallback | None = None,
+                   **overrides: Any) -> TranscriptionResult:
+        """Transcribe a file path or 16 kHz mono float32 samples.
+
+        `overrides` replace fields of `options` (e.g. `beam_size=5, language="en"`).
+        """
+        from tensorplan.whisper.audio import load_audio, log_mel_spectrogram
+
+        opts = dataclasses.replace(options or TranscribeOptions(), **overrides)
+        samples = load_audio(audio) if not isinstance(audio, np.ndarray) else audio
+        mel = log_mel_spectrogram(samples, n_mels=self.model.dims.n_mels,
+                                  padding=480_000)  # 30 s of zeros, as openai-whisper
+        return transcribe(self.model, mel, opts, on_segment=on_segment, progress=progress)
+
+
+def load_model(name_or_path: str | os.PathLike[str] = DEFAULT_MODEL, *, plan: str = "joint",
+               strategy: str = "offline", max_batch: int = 5) -> Whisper:
+    """Load a CTranslate2 Whisper model by name ("tiny.en", "base", "small") or directory."""
+    model_dir = resolve_model(name_or_path)
+    weights = WhisperWeights.load(model_dir)
+    tokenizer = load_tokenizer(model_dir)
+    model = WhisperModel(weights, tokenizer, weights.config, plan=plan, strategy=strategy,
+                         max_batch=max_batch)
+    return Whisper(model, os.fspath(name_or_path))

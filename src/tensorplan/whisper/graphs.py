@@ -1,0 +1,218 @@
+"""Whisper's compute graphs, built from tensorplan ops (no data, no numpy).
+
+Shapes in comments use: d = model width, H = heads, dh = d / H, F = 3000 mel frames,
+A = 1500 audio positions, T = 448 text positions, B = batch (beams), N = new tokens,
+R = logit rows, V = vocabulary. Weights are PARAM leafs in PyTorch's (out, in) layout.
+
+Four graphs, as in whisper.cpp: conv (mel -> audio embedding), encoder (-> encoder
+output), cross (-> per-layer cross-attention K/V, once per 30 s window) and decoder
+(N new tokens of B sequences against a fixed-size self-attention KV cache, written and
+read through run-time row ids so one planned graph serves every position).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tensorplan import dtype as dt
+from tensorplan import ops
+from tensorplan.tensor import Tensor
+
+Params = Callable[[str], Tensor]  # name (CT2 variable name) -> PARAM leaf
+
+
+@dataclass(frozen=True, slots=True)
+class Dims:
+    n_mels: int
+    n_audio_ctx: int
+    n_audio_state: int
+    n_audio_head: int
+    n_audio_layer: int
+    n_vocab: int
+    n_text_ctx: int
+    n_text_state: int
+    n_text_head: int
+    n_text_layer: int
+
+
+def _columns(t: Tensor, start: int, width: int) -> Tensor:
+    """Columns [start, start+width) of a 2-D tensor, as a strided view."""
+    rows, _ = t.shape
+    item = t.dtype.itemsize
+    return ops.view(t, (rows, width), (t.strides[0], item), offset=start * item)
+
+
+def _split_heads(t: Tensor, start: int, n_batch: int, n_tok: int, n_head: int,
+                 d: int) -> Tensor:
+    """(B*N, >= start+d) rows -> (B, H, N, dh) view of columns [start, start+d)."""
+    item = t.dtype.itemsize
+    dh = d // n_head
+    row = t.strides[0]
+    return ops.view(t, (n_batch, n_head, n_tok, dh), (n_tok * row, dh * item, row, item),
+                    offset=start * item)
+
+
+def _merge_heads(t: Tensor, name: str) -> Tensor:
+    """(B, H, N, dh) -> (B*N, H*dh) contiguous."""
+    b, h, n, dh = t.shape
+    return ops.reshape(ops.cont(ops.permute(t, (0, 2, 1, 3)), name=name), (b * n, h * dh))
+
+
+def _layer_norm(x: Tensor, p: Params, prefix: str) -> Tensor:
+    return ops.layer_norm(x, p(f"{prefix}/gamma"), p(f"{prefix}/beta"), eps=1e-5,
+                          name=prefix)
+
+
+def _mlp(x: Tensor, p: Params, prefix: str) -> Tensor:
+    h = _layer_norm(x, p, f"{prefix}/layer_norm")
+    h = ops.gelu(ops.linear(h, p(f"{prefix}/linear_0/weight"), p(f"{prefix}/linear_0/bias"),
+                            name=f"{prefix}/fc1"))
+    h = ops.linear(h, p(f"{prefix}/linear_1/weight"), p(f"{prefix}/linear_1/bias"),
+                   name=f"{prefix}/fc2")
+    return ops.add(x, h, name=f"{prefix}/residual")
+
+
+# ---- conv -----------------------------------------------------------------------------------
+def build_conv(p: Params, dims: Dims) -> tuple[Tensor, Tensor]:
+    """mel (n_mels, F) INPUT -> audio embedding (A, d) with positions added."""
+    mel = ops.input((dims.n_mels, 2 * dims.n_audio_ctx), dt.float32, name="mel")
+
+    def conv_gelu(x: Tensor, i: int, stride: int) -> Tensor:  # x (C, L) -> (L_out, d)
+        w = p(f"encoder/conv{i}/weight")  # (d, C, 3)
+        cols = ops.im2col(x, kernel=3, stride=stride, padding=1, name=f"conv{i}.cols")
+        w2d = ops.reshape(w, (w.shape[0], w.shape[1] * w.shape[2]))
+        y = ops.matmul(cols, w2d, transpose_b=True, name=f"conv{i}.mm")  # channels last
+        return ops.gelu(ops.add(y, p(f"encoder/conv{i}/bias"), name=f"conv{i}.bias"))
+
+    x = conv_gelu(mel, 1, 1)  # (F, d)
+    x = conv_gelu(ops.transpose(x), 2, 2)  # (A, d)
+    x = ops.add(x, p("encoder/position_encodings/encodings"), name="embd_conv")
+    return mel, x
+
+
+# ---- encoder --------------------------------------------------------------------------------
+def _encoder_attention(h: Tensor, p: Params, prefix: str, n_head: int) -> Tensor:
+    """Self-attention one head at a time, so only one (A, A) score matrix is ever live."""
+    n_ctx, d = h.shape
+    dh = d // n_head
+    qkv = ops.linear(h, p(f"{prefix}/linear_0/weight"), p(f"{prefix}/linear_0/bias"),
+                     name=f"{prefix}/qkv")  # (A, 3d)
+    heads = []
+    for i in range(n_head):
+        q = _columns(qkv, i * dh, dh)
+        k = _columns(qkv, d + i * dh, dh)
+        v = _columns(qkv, 2 * d + i * dh, dh)
+        scores = ops.matmul(q, k, transpose_b=True, name=f"{prefix}/scores{i}")  # (A, A)
+        probs = ops.softmax(scores, scale=dh**-0.5)
+        heads.append(ops.matmul(probs, v, name=f"{prefix}/head{i}"))  # (A, dh)
+    o = ops.concat(heads, axis=1, name=f"{prefix}/heads")  # (A, d)
+    return ops.linear(o, p(f"{prefix}/linear_1/weight"), p(f"{prefix}/linear_1/bias"),
+                      name=f"{prefix}/out")
+
+
+def build_encoder(p: Params, dims: Dims, x: Tensor) -> Tensor:
+    """audio embedding (A, d) -> encoder output (A, d)."""
+    for i in range(dims.n_audio_layer):
+        prefix = f"encoder/layer_{i}"
+        h = _layer_norm(x, p, f"{prefix}/self_attention/layer_norm")
+        h = _encoder_attention(h, p, f"{prefix}/self_attention", dims.n_audio_head)
+        x = ops.add(x, h, name=f"{prefix}/attn_residual")
+        x = _mlp(x, p, f"{prefix}/ffn")
+    return _layer_norm(x, p, "encoder/layer_norm")
+
+
+# ---- cross K/V ------------------------------------------------------------------------------
+def build_cross(p: Params, dims: Dims, enc: Tensor) -> list[tuple[Tensor, Tensor]]:
+    """encoder output (A, d) -> per decoder layer (K, V), each (A, d)."""
+    d = dims.n_text_state
+    kv = []
+    for i in range(dims.n_text_layer):
+        prefix = f"decoder/layer_{i}/attention/linear_1"
+        w, b = p(f"{prefix}/weight"), p(f"{prefix}/bias")  # fused (2d, d), (2d,)
+        k = ops.linear(enc, ops.view(w, (d, d)), ops.view(b, (d,)), name=f"cross_k{i}")
+        v = ops.linear(enc, ops.view(w, (d, d), offset=d * d * w.dtype.itemsize),
+                       ops.view(b, (d,), offset=d * b.dtype.itemsize), name=f"cross_v{i}")
+        kv.append((k, v))
+    return kv
+
+
+# ---- decoder --------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class DecoderInputs:
+    tokens: Tensor  # (B*N,) int32
+    positions: Tensor  # (B*N,) int32, absolute positions
+    kv_rows: Tensor  # (B*N,) int32, row b*T + position in the flattened KV cache
+    mask: Tensor  # (B, 1, N, T) float32, 0 where a key may be read, -inf elsewhere
+    logit_rows: Tensor  # (R,) int32, which of the B*N rows get logits
+
+
+def decoder_inputs(n_batch: int, n_tok: int, n_rows: int, n_ctx: int) -> DecoderInputs:
+    n = n_batch * n_tok
+    return DecoderInputs(
+        ops.input((n,), dt.int32, "tokens"), ops.input((n,), dt.int32, "positions"),
+        ops.input((n,), dt.int32, "kv_rows"),
+        ops.input((n_batch, 1, n_tok, n_ctx), dt.float32, "kq_mask"),
+        ops.input((n_rows,), dt.int32, "logit_rows"),
+    )
+
+
+def _self_attention(h: Tensor, p: Params, prefix: str, kv_cache: tuple[Tensor, Tensor],
+                    inp: DecoderInputs, n_batch: int, n_tok: int, n_head: int) -> Tensor:
+    d = h.shape[1]
+    qkv = ops.linear(h, p(f"{prefix}/linear_0/weight"), p(f"{prefix}/linear_0/bias"),
+                     name=f"{prefix}/qkv")  # (B*N, 3d)
+    caches = []
+    for j, cache in enumerate(kv_cache):  # cache (B_max*T, d) flattened rows
+        rows = ops.view(cache, (n_batch * inp.mask.shape[-1], d))  # this batch's slots
+        written = ops.set_rows(rows, inp.kv_rows, _columns(qkv, (j + 1) * d, d))
+        caches.append(_split_heads(written, 0, n_batch, inp.mask.shape[-1], n_head, d))
+    q = _split_heads(qkv, 0, n_batch, n_tok, n_head, d)  # (B, H, N, dh)
+    scores = ops.matmul(q, caches[0], transpose_b=True, name=f"{prefix}/scores")  # (B,H,N,T)
+    probs = ops.softmax(scores, inp.mask, scale=(d // n_head) ** -0.5)
+    o = ops.matmul(probs, caches[1], name=f"{prefix}/attn")  # (B, H, N, dh)
+    o = _merge_heads(o, f"{prefix}/merge")
+    return ops.linear(o, p(f"{prefix}/linear_1/weight"), p(f"{prefix}/linear_1/bias"),
+                      name=f"{prefix}/out")
+
+
+def _cross_attention(h: Tensor, p: Params, prefix: str, kv: tuple[Tensor, Tensor],
+                     n_batch: int, n_tok: int, n_head: int) -> tuple[Tensor, Tensor]:
+    """Returns (output (B*N, d), pre-softmax scores (B, H, N, A))."""
+    d = h.shape[1]
+    q = ops.linear(h, p(f"{prefix}/linear_0/weight"), p(f"{prefix}/linear_0/bias"),
+                   name=f"{prefix}/q")
+    q = _split_heads(q, 0, n_batch, n_tok, n_head, d)
+    n_audio = kv[0].shape[0]
+    k = _split_heads(kv[0], 0, 1, n_audio, n_head, d)  # (1, H, A, dh), shared by all beams
+    v = _split_heads(kv[1], 0, 1, n_audio, n_head, d)
+    scores = ops.matmul(q, k, transpose_b=True, name=f"{prefix}/scores")  # (B, H, N, A)
+    probs = ops.softmax(scores, scale=(d // n_head) ** -0.5)
+    o = _merge_heads(ops.matmul(probs, v, name=f"{prefix}/attn"), f"{prefix}/merge")
+    out = ops.linear(o, p(f"{prefix}/linear_2/weight"), p(f"{prefix}/linear_2/bias"),
+                     name=f"{prefix}/out")
+    return out, scores
+
+
+def build_decoder(p: Params, dims: Dims, inp: DecoderInputs, n_batch: int, n_tok: int,
+                  kv_self: list[tuple[Tensor, Tensor]], kv_cross: list[tuple[Tensor, Tensor]]
+                  ) -> Tensor:
+    """tokens of B sequences, N new each -> logits (R, V) for the requested rows."""
+    emb = p("decoder/embeddings/weight")  # (V, d)
+    x = ops.add(ops.get_rows(emb, inp.tokens, name="tok_emb"),
+                ops.get_rows(p("decoder/position_encodings/encodings"), inp.positions,
+                             name="pos_emb"), name="embd")  # (B*N, d)
+    for i in range(dims.n_text_layer):
+        prefix = f"decoder/layer_{i}"
+        h = _layer_norm(x, p, f"{prefix}/self_attention/layer_norm")
+        h = _self_attention(h, p, f"{prefix}/self_attention", kv_self[i], inp, n_batch, n_tok,
+                            dims.n_text_head)
+        x = ops.add(x, h, name=f"{prefix}/self_residual")
+        h = _layer_norm(x, p, f"{prefix}/attention/layer_norm")
+        h, _ = _cross_attention(h, p, f"{prefix}/attention", kv_cross[i], n_batch, n_tok,
+                                dims.n_text_head)
+        x = ops.add(x, h, name=f"{prefix}/cross_residual")
+        x = _mlp(x, p, f"{prefix}/ffn")
+    x = ops.get_rows(x, inp.logit_rows, name="logit_rows")  # (R, d): only the rows needed
+    x = _layer_norm(x, p, "decoder/layer_norm")
+    return ops.matmul(x, emb, transpose_b=True, name="logits").set_output()  # (R, V)

@@ -1,0 +1,248 @@
+"""Whisper on the planned runtime: weights in, graphs planned once, windows and tokens run.
+
+`WhisperModel.encode(mel)` runs the conv, encoder and cross graphs for one 30 s window;
+`WhisperModel.inference(n_batch)` starts a decoding session whose `logits` feeds only the
+tokens not yet in the self-attention KV cache. Every graph is planned once per shape and
+reused: decoding a token re-plans nothing and allocates no tensor-sized arrays.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tensorplan import dtype as dt
+from tensorplan import ops
+from tensorplan.backends.numpy_cpu import NumpyBackend
+from tensorplan.pipeline import Pipeline
+from tensorplan.tensor import Tensor
+from tensorplan.whisper import graphs
+from tensorplan.whisper.graphs import Dims
+
+log = logging.getLogger("tensorplan.whisper")
+
+PROMPT_BUCKETS = (4, 16, 64, 224, 448)  # decoder graphs for feeding several tokens at once
+
+
+@dataclass
+class DecoderGraph:
+    n_batch: int
+    n_tok: int
+    n_rows: int
+    inputs: graphs.DecoderInputs
+    logits: Tensor
+
+
+class WhisperModel:
+    """One model, one backend, one plan per graph shape."""
+
+    def __init__(self, weights: Any, tokenizer: Any, config: Any, *, plan: str = "joint",
+                 strategy: str = "offline", max_batch: int = 5,
+                 backend: NumpyBackend | None = None) -> None:
+        self.weights, self.tokenizer, self.config = weights, tokenizer, config
+        self.dims = _dims(weights.dims)
+        self.is_multilingual = bool(getattr(tokenizer, "is_multilingual", False))
+        self.backend = backend or NumpyBackend()
+        self.plan_mode, self.strategy = plan, strategy
+        self.max_batch = max_batch
+        self._params: dict[str, Tensor] = {}
+        self.kv_self = self._make_kv_self(max_batch)
+        self._build()
+
+    # ---- weights and persistent tensors ------------------------------------------------
+    def param(self, name: str) -> Tensor:
+        t = self._params.get(name)
+        if t is None:
+            arr = np.ascontiguousarray(self.weights.get(name), dtype=np.float32)
+            t = self._params[name] = self.backend.param(arr, name)
+        return t
+
+    def _make_kv_self(self, n_batch: int) -> list[tuple[Tensor, Tensor]]:
+        rows, d = n_batch * self.dims.n_text_ctx, self.dims.n_text_state
+        return [(self.backend.persistent((rows, d), dt.float32, f"kv_self.k{i}"),
+                 self.backend.persistent((rows, d), dt.float32, f"kv_self.v{i}"))
+                for i in range(self.dims.n_text_layer)]
+
+    # ---- graphs -------------------------------------------------------------------------
+    def _build(self) -> None:
+        p, dims = self.param, self.dims
+        self.pipeline = Pipeline(self.backend.buffer_type, self.plan_mode, self.strategy)
+        persist = self.backend.persistent
+
+        self.mel, embd = graphs.build_conv(p, dims)
+        embd_read, copy = self.pipeline.handoff(embd, persist)
+        self.pipeline.add("conv", [copy or embd])
+
+        enc = graphs.build_encoder(p, dims, ops.ref(embd_read, "embd_conv"))
+        enc_read, copy = self.pipeline.handoff(enc, persist)
+        self.pipeline.add("encoder", [copy or enc])
+
+        kv = graphs.build_cross(p, dims, ops.ref(enc_read, "embd_enc"))
+        self.kv_cross: list[tuple[Tensor, Tensor]] = []
+        outs = []
+        for k, v in kv:
+            k_read, k_copy = self.pipeline.handoff(k, persist)
+            v_read, v_copy = self.pipeline.handoff(v, persist)
+            self.kv_cross.append((k_read, v_read))
+            outs += [k_copy or k, v_copy or v]
+        self.pipeline.add("cross", outs)
+
+        self.decoders: dict[tuple[int, int, int], DecoderGraph] = {}
+        for n_batch in sorted({1, self.max_batch}):
+            self._add_decoder(n_batch, 1, 1)
+            self._add_decoder(n_batch, 1, 2 if n_batch == 1 else n_batch)
+        for n_tok in PROMPT_BUCKETS:
+            self._add_decoder(1, n_tok, 2)
+        self.pipeline.allocate()
+        log.debug("planned compute bytes: %s", self.pipeline.compute_bytes())
+
+    def _add_decoder(self, n_batch: int, n_tok: int, n_rows: int) -> None:
+        key = (n_batch, n_tok, n_rows)
+        if key in self.decoders:
+            return
+        inp = graphs.decoder_inputs(n_batch, n_tok, n_rows, self.dims.n_text_ctx)
+        cross = [(ops.ref(k), ops.ref(v)) for k, v in self.kv_cross]
+        logits = graphs.build_decoder(self.param, self.dims, inp, n_batch, n_tok, self.kv_self,
+                                      cross)
+        self.decoders[key] = DecoderGraph(n_batch, n_tok, n_rows, inp, logits)
+        self.pipeline.add(f"decoder[b{n_batch},n{n_tok},r{n_rows}]", [logits], group="decoder")
+
+    def decoder(self, n_batch: int, n_tok: int, n_rows: int) -> DecoderGraph:
+        """The smallest planned decoder graph that fits (n_batch, n_tok, n_rows)."""
+        fits = [g for (b, n, r), g in self.decoders.items()
+                if b >= n_batch and n >= n_tok and r >= n_rows]
+        if not fits:
+            raise ValueError(f"no decoder graph for batch {n_batch}, {n_tok} tokens, "
+                             f"{n_rows} rows (max batch {self.max_batch})")
+        return min(fits, key=lambda g: (g.n_batch, g.n_tok, g.n_rows))
+
+    # ---- running ------------------------------------------------------------------------
+    def encode(self, mel: np.ndarray) -> None:
+        """mel (n_mels, 3000) float32: run conv, encoder and cross for this window."""
+        self.backend.set(self.mel, mel)
+        for name in ("conv", "encoder", "cross"):
+            self.backend.compute(self.pipeline.stages[name].graph)
+
+    def encoder_output(self) -> np.ndarray:
+        stage = self.pipeline.stages["encoder"].graph
+        return self.backend.get(stage.outputs[0])
+
+    def run_decoder(self, g: DecoderGraph, tokens: np.ndarray, positions: np.ndarray,
+                    batch_rows: np.ndarray, n_ctx: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Feed tokens (B, N) at positions (B, N); batch_rows (B,) selects KV slots;
+        n_ctx (B,) valid cache length after this call; rows: flat row ids for logits."""
+        b, n = tokens.shape
+        gb, gn = g.n_batch, g.n_tok
+        pad = gn - n  # padding repeats the last token at its own position: same K/V bytes
+        tok = np.concatenate([tokens, np.repeat(tokens[:, -1:], pad, axis=1)], axis=1)
+        pos = np.concatenate([positions, np.repeat(positions[:, -1:], pad, axis=1)], axis=1)
+        if b < gb:  # spare batch rows compute into KV slots nobody reads
+            tok = np.concatenate([tok, np.repeat(tok[:1], gb - b, axis=0)])
+            pos = np.concatenate([pos, np.repeat(pos[:1], gb - b, axis=0)])
+            batch_rows = np.concatenate([batch_rows, np.arange(b, gb)])
+        t_ctx = self.dims.n_text_ctx
+        kv_rows = batch_rows[:, None] * t_ctx + pos
+        mask = np.full((gb, 1, gn, t_ctx), -np.inf, dtype=np.float32)
+        keys = np.arange(t_ctx)
+        mask[:, 0] = np.where(keys[None, None, :] <= pos[:, :, None], 0.0, -np.inf)
+        inp = g.inputs
+        be = self.backend
+        be.set(inp.tokens, tok.reshape(-1).astype(np.int32))
+        be.set(inp.positions, pos.reshape(-1).astype(np.int32))
+        be.set(inp.kv_rows, kv_rows.reshape(-1).astype(np.int32))
+        be.set(inp.mask, mask)
+        flat = np.asarray(rows, dtype=np.int32)
+        be.set(inp.logit_rows, np.concatenate(
+            [flat, np.repeat(flat[-1:], g.n_rows - len(flat))]).astype(np.int32))
+        be.compute(self.pipeline.stages[_stage_name(g)].graph)
+        return be.get(g.logits)[: len(flat)]
+
+    def inference(self, n_batch: int) -> Inference:
+        return Inference(self, n_batch)
+
+    def reorder_kv(self, source_rows: Sequence[int], n_ctx: int) -> None:
+        """Batch slot i takes slot source_rows[i]'s first n_ctx cache rows."""
+        t_ctx = self.dims.n_text_ctx
+        src = np.asarray(source_rows)
+        for k, v in self.kv_self:
+            for cache in (k, v):
+                a = self.backend.array(cache).reshape(self.max_batch, t_ctx, -1)
+                a[: len(src), :n_ctx] = a[src, :n_ctx]
+
+
+def _stage_name(g: DecoderGraph) -> str:
+    return f"decoder[b{g.n_batch},n{g.n_tok},r{g.n_rows}]"
+
+
+def _dims(d: Any) -> Dims:
+    return Dims(**{f: getattr(d, f) for f in Dims.__slots__})  # type: ignore[attr-defined]
+
+
+class Inference:
+    """A decoding session: B sequences sharing the current window's cross K/V."""
+
+    def __init__(self, model: WhisperModel, n_batch: int) -> None:
+        if n_batch > model.max_batch:
+            raise ValueError(f"batch {n_batch} exceeds the planned maximum {model.max_batch}")
+        self.model, self.n_batch = model, n_batch
+        self.n_cached = 0
+
+    def logits(self, tokens: np.ndarray, positions: Sequence[int] | None = None) -> np.ndarray:
+        """tokens (B, n_ctx): whole sequences so far -> logits (B, len(positions), V)."""
+        tokens = np.asarray(tokens)
+        b, n_ctx = tokens.shape
+        if positions is None:
+            positions = [n_ctx - 1]
+        if b != self.n_batch:
+            self.n_batch = b
+        new = tokens[:, self.n_cached :]
+        if new.shape[1] == 0:
+            raise ValueError("no new tokens to feed")
+        if any(p < self.n_cached for p in positions):
+            raise ValueError("logits requested for a position already in the KV cache")
+        first = self.n_cached
+        m = self.model
+        n_new = new.shape[1]
+        if b > 1 and first == 0 and (new == new[:1]).all():
+            # identical prompts (beams, best-of samples): feed one, then copy its cache
+            out = self._feed(new[:1], first, positions)
+            m.reorder_kv([0] * b, first + n_new)
+            self.n_cached = first + n_new
+            return np.repeat(out, b, axis=0)
+        out = self._feed(new, first, positions)
+        self.n_cached = first + n_new
+        return out
+
+    def _feed(self, new: np.ndarray, first: int, positions: Sequence[int]) -> np.ndarray:
+        m = self.model
+        b, n_new = new.shape
+        n_pos = len(positions)
+        if b == 1:
+            g = m.decoder(1, n_new, n_pos) if n_new > 1 else m.decoder(1, 1, n_pos)
+            chunk = n_new
+        else:
+            g = m.decoder(b, 1, b * n_pos)
+            chunk = 1  # batched prompts that differ are fed one token at a time
+        outs = []
+        rel = [p - first for p in positions]
+        for s in range(0, n_new, chunk):  # several steps only when b > 1 and n_new > 1
+            part = new[:, s : s + chunk]
+            pos = np.broadcast_to(np.arange(first + s, first + s + part.shape[1]), part.shape)
+            want = [r - s for r in rel if s <= r < s + part.shape[1]]
+            flat = [bi * g.n_tok + r for bi in range(b) for r in want] or [0]
+            logits = m.run_decoder(g, part, pos, np.arange(b), np.full(b, first + s), flat)
+            if want:
+                outs.append(logits.reshape(b, len(want), -1))
+        return np.concatenate(outs, axis=1)
+
+    def rearrange_kv_cache(self, source_indices: Sequence[int]) -> None:
+        if list(source_indices) != list(range(len(source_indices))):
+            self.model.reorder_kv(source_indices, self.n_cached)
+        self.n_batch = len(source_indices)
+
+    def cleanup_caching(self) -> None:
+        self.n_cached = 0

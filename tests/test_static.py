@@ -1,0 +1,62 @@
+"""Static checks as tests, so the README's one test command runs them too."""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "tensorplan"
+
+# Each layer may import only the layers listed for it (imports point downward).
+ALLOWED = {
+    "alloc": {"alloc", "tensor", "dtype", "graph", "errors"},
+    "tensor": {"dtype"},
+    "dtype": set(),
+    "graph": {"tensor"},
+    "ops": {"tensor", "dtype"},
+    "backends": {"backends", "alloc", "tensor", "dtype", "graph", "ops", "errors"},
+}
+
+
+def _imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tensorplan."):
+            found.add(node.module.split(".")[1])
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("tensorplan."):
+                    found.add(alias.name.split(".")[1])
+    return found
+
+
+@pytest.mark.parametrize("layer", sorted(ALLOWED))
+def test_imports_point_downward(layer: str) -> None:
+    files = sorted((SRC / layer).rglob("*.py")) if (SRC / layer).is_dir() else [SRC / f"{layer}.py"]
+    assert files, f"no source for layer {layer}"
+    for f in files:
+        upward = _imports(f) - ALLOWED[layer]
+        assert not upward, f"{f.relative_to(SRC)} imports upward: {sorted(upward)}"
+
+
+def test_mypy_strict_on_planner_and_graph() -> None:
+    pytest.importorskip("mypy")
+    targets = [str(SRC / "alloc"), str(SRC / "graph.py"), str(SRC / "tensor.py"),
+               str(SRC / "ops.py"), str(SRC / "dtype.py")]
+    proc = subprocess.run([sys.executable, "-m", "mypy", "--strict", *targets],
+                          capture_output=True, text=True, cwd=SRC.parents[1])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_ruff_clean() -> None:
+    if shutil.which("ruff") is None and not Path(sys.executable).with_name("ruff").exists():
+        pytest.skip("ruff not installed (pip install -e '.[test]' installs it)")
+    ruff = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
+    proc = subprocess.run([ruff, "check", "src", "tests", "bench"], capture_output=True,
+                          text=True, cwd=SRC.parents[1])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
