@@ -194,14 +194,15 @@ def _cross_attention(h: Tensor, p: Params, prefix: str, kv: tuple[Tensor, Tensor
     return out, scores
 
 
-def build_decoder(p: Params, dims: Dims, inp: DecoderInputs, n_batch: int, n_tok: int,
-                  kv_self: list[tuple[Tensor, Tensor]], kv_cross: list[tuple[Tensor, Tensor]]
-                  ) -> Tensor:
-    """tokens of B sequences, N new each -> logits (R, V) for the requested rows."""
-    emb = p("decoder/embeddings/weight")  # (V, d)
-    x = ops.add(ops.get_rows(emb, inp.tokens, name="tok_emb"),
+def build_decoder_trunk(p: Params, dims: Dims, inp: DecoderInputs, n_batch: int, n_tok: int,
+                        kv_self: list[tuple[Tensor, Tensor]],
+                        kv_cross: list[tuple[Tensor, Tensor]]) -> tuple[Tensor, list[Tensor]]:
+    """tokens of B sequences, N new each -> (hidden (B*N, d) before the final norm,
+    per layer the cross-attention scores QK^T (B, H, N, A), unscaled and pre-softmax)."""
+    x = ops.add(ops.get_rows(p("decoder/embeddings/weight"), inp.tokens, name="tok_emb"),
                 ops.get_rows(p("decoder/position_encodings/encodings"), inp.positions,
                              name="pos_emb"), name="embd")  # (B*N, d)
+    scores = []
     for i in range(dims.n_text_layer):
         prefix = f"decoder/layer_{i}"
         h = _layer_norm(x, p, f"{prefix}/self_attention/layer_norm")
@@ -209,10 +210,25 @@ def build_decoder(p: Params, dims: Dims, inp: DecoderInputs, n_batch: int, n_tok
                             dims.n_text_head)
         x = ops.add(x, h, name=f"{prefix}/self_residual")
         h = _layer_norm(x, p, f"{prefix}/attention/layer_norm")
-        h, _ = _cross_attention(h, p, f"{prefix}/attention", kv_cross[i], n_batch, n_tok,
-                                dims.n_text_head)
+        h, qk = _cross_attention(h, p, f"{prefix}/attention", kv_cross[i], n_batch, n_tok,
+                                 dims.n_text_head)
+        scores.append(qk)
         x = ops.add(x, h, name=f"{prefix}/cross_residual")
         x = _mlp(x, p, f"{prefix}/ffn")
-    x = ops.get_rows(x, inp.logit_rows, name="logit_rows")  # (R, d): only the rows needed
+    return x, scores
+
+
+def build_head(p: Params, x: Tensor, logit_rows: Tensor) -> Tensor:
+    """hidden (B*N, d) -> logits (R, V) of the requested rows only (tied embeddings)."""
+    x = ops.get_rows(x, logit_rows, name="logit_rows")  # (R, d)
     x = _layer_norm(x, p, "decoder/layer_norm")
-    return ops.matmul(x, emb, transpose_b=True, name="logits").set_output()  # (R, V)
+    return ops.matmul(x, p("decoder/embeddings/weight"), transpose_b=True,
+                      name="logits").set_output()  # (R, V)
+
+
+def build_decoder(p: Params, dims: Dims, inp: DecoderInputs, n_batch: int, n_tok: int,
+                  kv_self: list[tuple[Tensor, Tensor]], kv_cross: list[tuple[Tensor, Tensor]]
+                  ) -> Tensor:
+    """tokens of B sequences, N new each -> logits (R, V) for the requested rows."""
+    x, _ = build_decoder_trunk(p, dims, inp, n_batch, n_tok, kv_self, kv_cross)
+    return build_head(p, x, inp.logit_rows)

@@ -17,7 +17,9 @@ import numpy as np
 
 from tensorplan import dtype as dt
 from tensorplan import ops
+from tensorplan.alloc import GraphAllocator
 from tensorplan.backends.numpy_cpu import NumpyBackend
+from tensorplan.graph import Graph
 from tensorplan.pipeline import Pipeline
 from tensorplan.tensor import Tensor
 from tensorplan.whisper import graphs
@@ -35,6 +37,29 @@ class DecoderGraph:
     n_rows: int
     inputs: graphs.DecoderInputs
     logits: Tensor
+
+
+@dataclass
+class AlignGraph:
+    """A teacher-forced decoder pass that keeps the alignment heads' cross-attention."""
+
+    n_tok: int
+    inputs: graphs.DecoderInputs
+    hidden: Tensor  # (N, d) before the final norm, OUTPUT
+    heads: list[Tensor]  # per alignment head (N, A) pre-softmax QK^T * scale, OUTPUT
+    graph: Graph
+    head_rows: Tensor  # (HEAD_ROWS,) INPUT of the logits head graph
+    logits: Tensor  # (HEAD_ROWS, V)
+    head_graph: Graph
+
+
+@dataclass(frozen=True, slots=True)
+class Alignment:
+    scores: np.ndarray  # (n_alignment_heads, N, A): QK^T * scale before the softmax
+    logits: np.ndarray  # (len(rows), V) for the requested rows
+
+
+HEAD_ROWS = 32  # logits rows per run of the alignment head graph
 
 
 class WhisperModel:
@@ -151,15 +176,84 @@ class WhisperModel:
         mask[:, 0] = np.where(keys[None, None, :] <= pos[:, :, None], 0.0, -np.inf)
         inp = g.inputs
         be = self.backend
-        be.set(inp.tokens, tok.reshape(-1).astype(np.int32))
-        be.set(inp.positions, pos.reshape(-1).astype(np.int32))
-        be.set(inp.kv_rows, kv_rows.reshape(-1).astype(np.int32))
-        be.set(inp.mask, mask)
+        self._set_inputs(inp, tok, pos, kv_rows, mask)
         flat = np.asarray(rows, dtype=np.int32)
         be.set(inp.logit_rows, np.concatenate(
             [flat, np.repeat(flat[-1:], g.n_rows - len(flat))]).astype(np.int32))
         be.compute(self.pipeline.stages[_stage_name(g)].graph)
         return be.get(g.logits)[: len(flat)]
+
+    def align(self, tokens: Sequence[int], rows: Sequence[int]) -> Alignment:
+        """Teacher-force `tokens` through the decoder over the encoded window; return the
+        alignment heads' cross-attention scores and the logits of `rows` (positions).
+        Overwrites batch slot 0 of the KV cache: call between decoding sessions."""
+        n = len(tokens)
+        bucket = next((b for b in PROMPT_BUCKETS if b >= n), None)
+        if bucket is None:
+            raise ValueError(f"cannot align {n} tokens (at most {PROMPT_BUCKETS[-1]})")
+        g = self._align_graph(bucket)
+        tok = np.asarray(tokens)[None, :]
+        pos = np.arange(n)[None, :]
+        self.run_decoder_graph(g.inputs, g.n_tok, 1, g.graph, tok, pos, [0])
+        scale = (self.dims.n_text_state // self.dims.n_text_head) ** -0.5
+        scores = np.stack([self.backend.get(h)[:n] for h in g.heads]) * np.float32(scale)
+        out = []
+        rows = list(rows)
+        for s in range(0, len(rows), HEAD_ROWS):
+            part = rows[s : s + HEAD_ROWS]
+            ids = np.array(part + [part[-1]] * (HEAD_ROWS - len(part)), dtype=np.int32)
+            self.backend.set(g.head_rows, ids)
+            self.backend.compute(g.head_graph)
+            out.append(self.backend.get(g.logits)[: len(part)])
+        logits = np.concatenate(out) if out else np.zeros((0, self.dims.n_vocab), np.float32)
+        return Alignment(scores, logits)
+
+    def _align_graph(self, n_tok: int) -> AlignGraph:
+        cache = self.__dict__.setdefault("_align_graphs", {})
+        if n_tok in cache:
+            return cache[n_tok]
+        inp = graphs.decoder_inputs(1, n_tok, 1, self.dims.n_text_ctx)
+        cross = [(ops.ref(k), ops.ref(v)) for k, v in self.kv_cross]
+        hidden, scores = graphs.build_decoder_trunk(self.param, self.dims, inp, 1, n_tok,
+                                                    self.kv_self, cross)
+        hidden.set_output()
+        heads = []
+        n_audio = self.dims.n_audio_ctx
+        for layer, head in self.config.alignment_heads:
+            qk = scores[layer]  # (1, H, N, A)
+            view = ops.view(qk, (n_tok, n_audio), offset=head * n_tok * n_audio * 4)
+            heads.append(ops.cont(view, name=f"align.l{layer}h{head}").set_output())
+        graph = Graph.build([hidden, *heads])
+        GraphAllocator([self.backend.buffer_type], strategy=self.strategy).alloc_graph(graph)
+        rows = ops.input((HEAD_ROWS,), dt.int32, "head_rows")
+        logits = graphs.build_head(self.param, ops.ref(hidden, "hidden"), rows)
+        head_graph = Graph.build(logits)
+        GraphAllocator([self.backend.buffer_type], strategy=self.strategy).alloc_graph(head_graph)
+        cache[n_tok] = AlignGraph(n_tok, inp, hidden, heads, graph, rows, logits, head_graph)
+        return cache[n_tok]
+
+    def run_decoder_graph(self, inp: graphs.DecoderInputs, gn: int, gb: int, graph: Graph,
+                          tokens: np.ndarray, positions: np.ndarray,
+                          batch_rows: Sequence[int]) -> None:
+        """Run a batch-1 decoder trunk graph over tokens (1, n) padded to gn."""
+        n = tokens.shape[1]
+        pad = gn - n
+        tok = np.concatenate([tokens, np.repeat(tokens[:, -1:], pad, axis=1)], axis=1)
+        pos = np.concatenate([positions, np.repeat(positions[:, -1:], pad, axis=1)], axis=1)
+        t_ctx = self.dims.n_text_ctx
+        kv_rows = np.asarray(batch_rows)[:, None] * t_ctx + pos
+        keys = np.arange(t_ctx)
+        mask = np.where(keys[None, None, :] <= pos[:, :, None], 0.0, -np.inf)
+        self._set_inputs(inp, tok, pos, kv_rows, mask[:, None].astype(np.float32))
+        self.backend.compute(graph)
+
+    def _set_inputs(self, inp: graphs.DecoderInputs, tok: np.ndarray, pos: np.ndarray,
+                    kv_rows: np.ndarray, mask: np.ndarray) -> None:
+        be = self.backend
+        be.set(inp.tokens, tok.reshape(-1).astype(np.int32))
+        be.set(inp.positions, pos.reshape(-1).astype(np.int32))
+        be.set(inp.kv_rows, kv_rows.reshape(-1).astype(np.int32))
+        be.set(inp.mask, mask)
 
     def inference(self, n_batch: int) -> Inference:
         return Inference(self, n_batch)
