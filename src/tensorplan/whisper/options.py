@@ -1,0 +1,264 @@
+"""Options for decoding one 30-second window and for transcribing long audio.
+
+The frozen dataclasses below are the one source of truth: each field's default, type and
+help text generate the CLI flags (`add_arguments`), which read back with `from_args`.
+Flags are kebab-case versions of openai-whisper's names (`--beam-size`, `--no-speech-threshold`).
+
+Defaults, chosen deliberately (reference/whisper.md §2.11):
+- `beam_size=5`, `best_of=5`, as the openai CLI, faster-whisper and whisper.cpp all do (only
+  openai's Python API defaults to greedy). Our output then matches the tools users compare us
+  with, and speed comparisons with them are like for like. `beam_size=None` selects greedy.
+- The two apply to different temperatures, so they never conflict: `beam_size`/`patience` at
+  T=0, `best_of` at T>0. This is the rule openai's `transcribe()` applies by deleting options
+  before each fallback; here it is the meaning of the fields, also for a single `decode()`.
+- Sampling at T>0 uses `seed`, so a run is reproducible.
+- Everything else follows openai-whisper: `suppress_tokens=(-1,)` (non-speech symbols),
+  timestamps on, `max_initial_timestamp=1.0`, temperatures 0.0..1.0 step 0.2, thresholds
+  2.4 / -1.0 / 0.6, conditioning on previous text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar, Union
+
+from tensorplan.errors import UserError
+
+Task = Literal["transcribe", "translate"]
+PREPEND_PUNCTUATIONS = "\"'“¿([{-"
+APPEND_PUNCTUATIONS = "\"'.。,，!！?？:：”)]}、"
+
+
+def _opt(default: Any, help: str, **cli: Any) -> Any:
+    """A dataclass field with its CLI help text (and optional extra argparse keywords)."""
+    return field(default=default, metadata={"help": help, **cli})
+
+
+@dataclass(frozen=True, slots=True)
+class SearchOptions:
+    """Fields shared by DecodingOptions and TranscribeOptions."""
+
+    # task
+    task: Task = _opt("transcribe", "transcribe speech, or translate it to English")
+    language: str | None = _opt(None, "language code such as 'en'; None detects it")
+    # search
+    sample_len: int | None = _opt(None, "most tokens to sample per window (None: n_text_ctx/2)")
+    best_of: int | None = _opt(5, "number of candidates when sampling at temperature > 0")
+    beam_size: int | None = _opt(5, "beams at temperature 0; None decodes greedily")
+    patience: float | None = _opt(None, "beam search patience factor (None: 1.0)")
+    length_penalty: float | None = _opt(
+        None, "ranking length penalty alpha in (5+len)/6)^alpha; None divides by the length")
+    seed: int = _opt(0, "seed of the random generator used when sampling at temperature > 0")
+    # prompt
+    prefix: str | None = _opt(None, "text that starts the transcript of the (first) window")
+    hotwords: str | None = _opt(
+        None, "words put before the previous text in the prompt; ignored with a prefix")
+    # suppression
+    suppress_tokens: tuple[int, ...] = _opt(
+        (-1,), "comma-separated token ids to suppress; -1 means the non-speech symbols")
+    suppress_blank: bool = _opt(True, "forbid a blank or end of text as the first token")
+    # timestamps
+    without_timestamps: bool = _opt(False, "sample text tokens only, no timestamp tokens")
+    max_initial_timestamp: float | None = _opt(1.0, "latest first timestamp in seconds")
+
+    def __post_init__(self) -> None:
+        def check(ok: bool, message: str) -> None:
+            if not ok:
+                raise ValueError(message)
+
+        check(self.task in ("transcribe", "translate"), f"unknown task {self.task!r}")
+        check(self.beam_size is None or self.beam_size >= 1, "beam_size must be at least 1")
+        check(self.best_of is None or self.best_of >= 1, "best_of must be at least 1")
+        check(self.sample_len is None or self.sample_len >= 1, "sample_len must be at least 1")
+        check(self.patience is None or self.patience > 0, "patience must be positive")
+        check(self.patience is None or self.beam_size is not None, "patience needs beam_size")
+        check(self.length_penalty is None or 0 <= self.length_penalty <= 1,
+              "length_penalty must be between 0 and 1")
+
+
+@dataclass(frozen=True, slots=True)
+class DecodingOptions(SearchOptions):
+    """How to decode one 30-second window (`decoding.decode`)."""
+
+    temperature: float = _opt(0.0, "sampling temperature; 0 is greedy or beam search")
+    prompt: str | tuple[int, ...] | None = _opt(
+        None, "previous text (or its tokens) that conditions the decoder")
+
+    def __post_init__(self) -> None:
+        SearchOptions.__post_init__(self)
+        if self.temperature < 0:
+            raise ValueError("temperature must not be negative")
+
+
+@dataclass(frozen=True, slots=True)
+class TranscribeOptions(SearchOptions):
+    """How to transcribe long audio window by window (`transcribe.transcribe`)."""
+
+    # temperature fallback
+    temperature: tuple[float, ...] = _opt(
+        (0.0, 0.2, 0.4, 0.6, 0.8, 1.0), "comma-separated temperatures tried in turn")
+    compression_ratio_threshold: float | None = _opt(
+        2.4, "retry at a higher temperature when the gzip compression ratio is above this")
+    logprob_threshold: float | None = _opt(
+        -1.0, "retry at a higher temperature when the average log probability is below this")
+    no_speech_threshold: float | None = _opt(
+        0.6, "a window is silent when the no-speech probability is above this and the "
+             "average log probability is below --logprob-threshold")
+    # prompting across windows
+    condition_on_previous_text: bool = _opt(
+        True, "prompt each window with the text of the previous ones")
+    prompt_reset_on_temperature: float = _opt(
+        0.5, "stop conditioning on previous text after a window decoded above this temperature")
+    initial_prompt: str | None = _opt(None, "text that prompts the first window")
+    carry_initial_prompt: bool = _opt(
+        False, "put --initial-prompt before the prompt of every window")
+    clip_timestamps: tuple[float, ...] = _opt(
+        (), "comma-separated start,end,start,end,... seconds to transcribe; empty: all")
+    # word timestamps
+    word_timestamps: bool = _opt(False, "align each word with the audio")
+    prepend_punctuations: str = _opt(
+        PREPEND_PUNCTUATIONS, "with word timestamps: merge these symbols into the next word")
+    append_punctuations: str = _opt(
+        APPEND_PUNCTUATIONS, "with word timestamps: merge these symbols into the previous word")
+    hallucination_silence_threshold: float | None = _opt(
+        None, "with word timestamps: skip silences longer than this many seconds around a "
+              "possible hallucination")
+
+    def __post_init__(self) -> None:
+        SearchOptions.__post_init__(self)
+        if not self.temperature or min(self.temperature) < 0:
+            raise ValueError("temperature needs one or more values, none negative")
+        if self.hallucination_silence_threshold is not None and not self.word_timestamps:
+            raise ValueError("hallucination_silence_threshold needs word_timestamps")
+
+    def decoding(self, temperature: float, prompt: Sequence[int] | None,
+                 prefix: str | None) -> DecodingOptions:
+        """The DecodingOptions for one window decoded at `temperature`."""
+        shared = {f.name: getattr(self, f.name) for f in dataclasses.fields(SearchOptions)}
+        shared["prefix"] = prefix
+        return DecodingOptions(**shared, temperature=temperature,
+                               prompt=tuple(prompt) if prompt else None)
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI flags generated from the fields
+
+OptionsT = TypeVar("OptionsT", bound=SearchOptions)
+
+
+def flag_name(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+                  cls: type[SearchOptions], exclude: Sequence[str] = ()) -> None:
+    """Add one flag per field of `cls` (a dataclass) to `parser`.
+
+    bool fields become `--x/--no-x`; `X | None` fields also accept "none"; tuples read a
+    comma-separated list; Literal fields get choices. The parsed value lands in
+    `args.<field name>` and defaults to the field's default.
+    """
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.name in exclude:
+            continue
+        shown = _format(f.default).replace("%", "%%") or '""'
+        kwargs: dict[str, Any] = {"dest": f.name, "default": f.default,
+                                  "help": f"{f.metadata['help']} (default: {shown})"}
+        kind, optional = _strip_none(hints[f.name])
+        if kind is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        else:
+            parse, choices = _parser_for(kind)
+            kwargs["type"] = _or_none(parse) if optional else parse
+            kwargs["metavar"] = _metavar(kind, choices)
+            if choices:
+                kwargs["choices"] = list(choices) + ([None] if optional else [])
+        parser.add_argument(flag_name(f.name), **kwargs)
+
+
+def from_args(cls: type[OptionsT], args: argparse.Namespace) -> OptionsT:
+    """Build `cls` from parsed flags; fields without a flag keep their default.
+    Inconsistent flags raise UserError."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    values = {name: getattr(args, name) for name in names if hasattr(args, name)}
+    try:
+        return cls(**values)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
+def to_argv(options: SearchOptions) -> list[str]:
+    """The flags that parse back to `options` (those that differ from the defaults)."""
+    argv: list[str] = []
+    for f in dataclasses.fields(options):
+        value = getattr(options, f.name)
+        if value == f.default:
+            continue
+        if isinstance(value, bool):
+            argv.append(flag_name(f.name) if value else "--no-" + flag_name(f.name)[2:])
+        else:
+            argv.append(f"{flag_name(f.name)}={_format(value)}")
+    return argv
+
+
+def _format(value: Any) -> str:
+    """A value as its flag would spell it."""
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
+    return "none" if value is None else str(value)
+
+
+def _strip_none(kind: Any) -> tuple[Any, bool]:
+    """(the type without None, whether None was allowed)."""
+    if typing.get_origin(kind) in (Union, types.UnionType):
+        args = [a for a in typing.get_args(kind) if a is not type(None)]
+        stripped = args[0] if len(args) == 1 else Union[tuple(args)]  # noqa: UP007
+        return stripped, len(args) < len(typing.get_args(kind))
+    return kind, False
+
+
+def _parser_for(kind: Any) -> tuple[Callable[[str], Any], tuple[Any, ...]]:
+    """(a function parsing one flag value, the allowed choices or ())."""
+    origin = typing.get_origin(kind)
+    if origin is Literal:
+        choices = typing.get_args(kind)
+        return type(choices[0]), choices
+    if origin is tuple:
+        return _comma_list(typing.get_args(kind)[0]), ()
+    if origin in (Union, types.UnionType):
+        if str in typing.get_args(kind):  # e.g. a prompt given as text or as token ids
+            return str, ()
+        raise TypeError(f"no CLI parser for {kind}")
+    if kind in (int, float, str):
+        return typing.cast(Callable[[str], Any], kind), ()
+    raise TypeError(f"no CLI parser for {kind}")
+
+
+def _comma_list(item: Callable[[str], Any]) -> Callable[[str], tuple[Any, ...]]:
+    def parse(text: str) -> tuple[Any, ...]:
+        return tuple(item(part) for part in text.split(",") if part.strip())
+
+    parse.__name__ = f"comma-separated {getattr(item, '__name__', 'value')} list"
+    return parse
+
+
+def _or_none(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse_or_none(text: str) -> Any:
+        return None if text.lower() == "none" else parse(text)
+
+    parse_or_none.__name__ = getattr(parse, "__name__", "value")
+    return parse_or_none
+
+
+def _metavar(kind: Any, choices: tuple[Any, ...]) -> str | None:
+    if choices:
+        return "{" + ",".join(map(str, choices)) + "}"
+    if typing.get_origin(kind) is tuple:
+        return "X,Y,..."
+    return None
