@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import scipy.special
 
+from tensorplan.backends import threads
 from tensorplan.tensor import Tensor
 
 Kernel = Callable[[np.ndarray, Sequence[np.ndarray], Mapping[str, Any]], None]
@@ -222,6 +223,7 @@ def matmul(out: np.ndarray, srcs: Sequence[np.ndarray], params: Mapping[str, Any
     """
     a, b = srcs
     transpose_b = bool(params.get("transpose_b"))
+    threads.for_product(out.size * a.shape[-1])
     if b.dtype == out.dtype:
         np.matmul(a, np.swapaxes(b, -1, -2) if transpose_b else b, out=out)
         return

@@ -27,7 +27,10 @@ from tensorplan.whisper.graphs import Dims
 
 log = logging.getLogger("tensorplan.whisper")
 
-PROMPT_BUCKETS = (4, 16, 64, 224, 448)  # decoder graphs for feeding several tokens at once
+# Decoder graphs that feed several tokens at once. Longer prompts go in chunks of the
+# largest: the KV cache makes chunked feeding exact, and the worst-case graph (its
+# (H, N, 1500) cross-attention scores above all) stays small.
+PROMPT_BUCKETS = (4, 16, 64)
 
 
 @dataclass
@@ -188,25 +191,31 @@ class WhisperModel:
         alignment heads' cross-attention scores and the logits of `rows` (positions).
         Overwrites batch slot 0 of the KV cache: call between decoding sessions."""
         n = len(tokens)
-        bucket = next((b for b in PROMPT_BUCKETS if b >= n), None)
-        if bucket is None:
-            raise ValueError(f"cannot align {n} tokens (at most {PROMPT_BUCKETS[-1]})")
-        g = self._align_graph(bucket)
-        tok = np.asarray(tokens)[None, :]
-        pos = np.arange(n)[None, :]
-        self.run_decoder_graph(g.inputs, g.n_tok, 1, g.graph, tok, pos, [0])
+        if not 0 < n <= self.dims.n_text_ctx:
+            raise ValueError(f"cannot align {n} tokens (1 to {self.dims.n_text_ctx})")
+        chunk = PROMPT_BUCKETS[-1]
         scale = (self.dims.n_text_state // self.dims.n_text_head) ** -0.5
-        scores = np.stack([self.backend.get(h)[:n] for h in g.heads]) * np.float32(scale)
-        out = []
-        rows = list(rows)
-        for s in range(0, len(rows), HEAD_ROWS):
-            part = rows[s : s + HEAD_ROWS]
-            ids = np.array(part + [part[-1]] * (HEAD_ROWS - len(part)), dtype=np.int32)
-            self.backend.set(g.head_rows, ids)
-            self.backend.compute(g.head_graph)
-            out.append(self.backend.get(g.logits)[: len(part)])
-        logits = np.concatenate(out) if out else np.zeros((0, self.dims.n_vocab), np.float32)
-        return Alignment(scores, logits)
+        scores, logits = [], []
+        want = sorted(set(rows))
+        for start in range(0, n, chunk):  # the KV cache makes chunked passes exact
+            part = list(tokens[start : start + chunk])
+            bucket = next(b for b in PROMPT_BUCKETS if b >= len(part))
+            g = self._align_graph(bucket)
+            pos = np.arange(start, start + len(part))[None, :]
+            self.run_decoder_graph(g.inputs, g.n_tok, 1, g.graph, np.asarray(part)[None, :],
+                                   pos, [0])
+            scores.append(np.stack([self.backend.get(h)[: len(part)] for h in g.heads]))
+            local = [r - start for r in want if start <= r < start + len(part)]
+            for s in range(0, len(local), HEAD_ROWS):
+                ids = local[s : s + HEAD_ROWS]
+                self.backend.set(g.head_rows, np.array(
+                    ids + [ids[-1]] * (HEAD_ROWS - len(ids)), dtype=np.int32))
+                self.backend.compute(g.head_graph)
+                logits.append(self.backend.get(g.logits)[: len(ids)])
+        by_row = dict(zip(want, np.concatenate(logits) if logits else [], strict=True))
+        out = (np.stack([by_row[r] for r in rows]) if len(rows)
+               else np.zeros((0, self.dims.n_vocab), np.float32))
+        return Alignment(np.concatenate(scores, axis=1) * np.float32(scale), out)
 
     def _align_graph(self, n_tok: int) -> AlignGraph:
         cache = self.__dict__.setdefault("_align_graphs", {})
@@ -316,15 +325,14 @@ class Inference:
         b, n_new = new.shape
         n_pos = len(positions)
         if b == 1:
-            g = m.decoder(1, n_new, n_pos) if n_new > 1 else m.decoder(1, 1, n_pos)
-            chunk = n_new
+            chunk = min(n_new, PROMPT_BUCKETS[-1])
         else:
-            g = m.decoder(b, 1, b * n_pos)
             chunk = 1  # batched prompts that differ are fed one token at a time
         outs = []
         rel = [p - first for p in positions]
-        for s in range(0, n_new, chunk):  # several steps only when b > 1 and n_new > 1
+        for s in range(0, n_new, chunk):
             part = new[:, s : s + chunk]
+            g = m.decoder(b, part.shape[1], b * n_pos)
             pos = np.broadcast_to(np.arange(first + s, first + s + part.shape[1]), part.shape)
             want = [r - s for r in rel if s <= r < s + part.shape[1]]
             flat = [bi * g.n_tok + r for bi in range(b) for r in want] or [0]
