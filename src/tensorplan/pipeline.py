@@ -75,15 +75,20 @@ class Pipeline:
             raise ValueError(f"unknown plan mode {self.mode!r}; choose from {PLAN_MODES}")
 
     # ---- building ------------------------------------------------------------------
-    def handoff(self, t: Tensor, make_persistent: object) -> tuple[Tensor, Tensor | None]:
+    def handoff(self, t: Tensor, make_persistent: object,
+                read_repeatedly: bool = False) -> tuple[Tensor, Tensor | None]:
         """Make t readable by later stages. Returns (what later stages `ref`, the node
         the producer must compute: the copy in dedicated mode, else None).
-        `make_persistent(shape, dtype, name) -> Tensor` allocates a dedicated tensor."""
+        `make_persistent(shape, dtype, name) -> Tensor` allocates a dedicated tensor.
+        `read_repeatedly`: its readers run many times per producer run (the decoder
+        steps reading cross K/V), so even the joint timeline must never reuse its bytes;
+        otherwise the joint plan keeps it alive exactly until its last reader's step."""
         if self.mode == "dedicated":
             dst = make_persistent(t.shape, t.dtype, f"{t.name}.persistent")  # type: ignore[operator]
             self.persistent.append(dst)
             return dst, ops.copy_into(t, dst, name=f"{t.name}.copy")
-        t.flags |= Flag.OUTPUT
+        if self.mode == "output" or read_repeatedly:
+            t.flags |= Flag.OUTPUT
         return t, None
 
     def add(self, name: str, outputs: Sequence[Tensor], group: str | None = None) -> Stage:

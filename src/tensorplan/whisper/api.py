@@ -16,8 +16,10 @@ from tensorplan.whisper.models import DEFAULT_MODEL, resolve_model
 from tensorplan.whisper.model import WhisperModel
 from tensorplan.whisper.options import TranscribeOptions
 from tensorplan.whisper.result import TranscriptionResult
+from tensorplan.whisper.timing import WordAligner
 from tensorplan.whisper.tokenizer import load_tokenizer
 from tensorplan.whisper.transcribe import ProgressCallback, SegmentCallback, transcribe
+from tensorplan.whisper.vad import SpeechOnly, VadOptions
 from tensorplan.whisper.weights import WhisperWeights
 
 
@@ -40,26 +42,43 @@ class Whisper:
                    options: TranscribeOptions | None = None, *,
                    on_segment: SegmentCallback | None = None,
                    progress: ProgressCallback | None = None,
+                   vad_options: VadOptions | None = None,
                    **overrides: Any) -> TranscriptionResult:
         """Transcribe a file path or 16 kHz mono float32 samples.
 
         `overrides` replace fields of `options` (e.g. `beam_size=5, language="en"`).
+        `vad_options` tunes the speech detection of `vad_filter=True`.
         """
         from tensorplan.whisper.audio import load_audio, log_mel_spectrogram
 
         opts = dataclasses.replace(options or TranscribeOptions(), **overrides)
         samples = load_audio(audio) if not isinstance(audio, np.ndarray) else audio
+        speech = None
+        if opts.vad_filter:  # transcribe the speech only; its times are mapped back (vad.py)
+            speech = SpeechOnly.find(samples, vad_options)
+            if not speech.chunks:  # nothing to decode
+                return speech.empty_result(opts.language)
+            samples, on_segment = speech.samples, speech.restoring(on_segment)
         mel = log_mel_spectrogram(samples, n_mels=self.model.dims.n_mels,
                                   padding=480_000)  # 30 s of zeros, as openai-whisper
-        return transcribe(self.model, mel, opts, on_segment=on_segment, progress=progress)
+        aligner = WordAligner(self.model, opts) if opts.word_timestamps else None
+        result = transcribe(self.model, mel, opts, on_segment=on_segment, progress=progress,
+                            aligner=aligner)
+        return speech.restore(result) if speech is not None else result
 
 
 def load_model(name_or_path: str | os.PathLike[str] = DEFAULT_MODEL, *, plan: str = "joint",
-               strategy: str = "offline", max_batch: int = 5) -> Whisper:
-    """Load a CTranslate2 Whisper model by name ("tiny.en", "base", "small") or directory."""
+               strategy: str = "offline", max_batch: int = 5, kv_dtype: str = "float32",
+               weights_dtype: str = "float32") -> Whisper:
+    """Load a CTranslate2 Whisper model by name ("tiny.en", "base", "small") or directory.
+
+    max_batch: the most sequences decoded together (beam size, best-of); sizes the KV cache.
+    kv_dtype / weights_dtype: "float16" halves the KV caches / keeps the encoder's weight
+    matrices as stored, for less memory at some speed.
+    """
     model_dir = resolve_model(name_or_path)
     weights = WhisperWeights.load(model_dir)
     tokenizer = load_tokenizer(model_dir)
     model = WhisperModel(weights, tokenizer, weights.config, plan=plan, strategy=strategy,
-                         max_batch=max_batch)
+                         max_batch=max_batch, kv_dtype=kv_dtype, weights_dtype=weights_dtype)
     return Whisper(model, os.fspath(name_or_path))

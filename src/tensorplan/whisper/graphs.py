@@ -123,8 +123,9 @@ def build_encoder(p: Params, dims: Dims, x: Tensor) -> Tensor:
 
 
 # ---- cross K/V ------------------------------------------------------------------------------
-def build_cross(p: Params, dims: Dims, enc: Tensor) -> list[tuple[Tensor, Tensor]]:
-    """encoder output (A, d) -> per decoder layer (K, V), each (A, d)."""
+def build_cross(p: Params, dims: Dims, enc: Tensor, kv_dtype: dt.DType = dt.float32
+                ) -> list[tuple[Tensor, Tensor]]:
+    """encoder output (A, d) -> per decoder layer (K, V), each (A, d) in kv_dtype."""
     d = dims.n_text_state
     kv = []
     for i in range(dims.n_text_layer):
@@ -133,6 +134,8 @@ def build_cross(p: Params, dims: Dims, enc: Tensor) -> list[tuple[Tensor, Tensor
         k = ops.linear(enc, ops.view(w, (d, d)), ops.view(b, (d,)), name=f"cross_k{i}")
         v = ops.linear(enc, ops.view(w, (d, d), offset=d * d * w.dtype.itemsize),
                        ops.view(b, (d,), offset=d * b.dtype.itemsize), name=f"cross_v{i}")
+        if kv_dtype != k.dtype:
+            k, v = ops.cast(k, kv_dtype, f"cross_k{i}"), ops.cast(v, kv_dtype, f"cross_v{i}")
         kv.append((k, v))
     return kv
 
@@ -165,7 +168,10 @@ def _self_attention(h: Tensor, p: Params, prefix: str, kv_cache: tuple[Tensor, T
     caches = []
     for j, cache in enumerate(kv_cache):  # cache (B_max*T, d) flattened rows
         rows = ops.view(cache, (n_batch * inp.mask.shape[-1], d))  # this batch's slots
-        written = ops.set_rows(rows, inp.kv_rows, _columns(qkv, (j + 1) * d, d))
+        new = _columns(qkv, (j + 1) * d, d)
+        if cache.dtype != new.dtype:
+            new = ops.cast(new, cache.dtype)
+        written = ops.set_rows(rows, inp.kv_rows, new)
         caches.append(_split_heads(written, 0, n_batch, inp.mask.shape[-1], n_head, d))
     q = _split_heads(qkv, 0, n_batch, n_tok, n_head, d)  # (B, H, N, dh)
     scores = ops.matmul(q, caches[0], transpose_b=True, name=f"{prefix}/scores")  # (B,H,N,T)

@@ -70,6 +70,7 @@ class WhisperModel:
 
     def __init__(self, weights: Any, tokenizer: Any, config: Any, *, plan: str = "joint",
                  strategy: str = "offline", max_batch: int = 5,
+                 kv_dtype: str = "float32", weights_dtype: str = "float32",
                  backend: NumpyBackend | None = None) -> None:
         self.weights, self.tokenizer, self.config = weights, tokenizer, config
         self.dims = _dims(weights.dims)
@@ -77,22 +78,32 @@ class WhisperModel:
         self.backend = backend or NumpyBackend()
         self.plan_mode, self.strategy = plan, strategy
         self.max_batch = max_batch
+        if kv_dtype not in ("float32", "float16") or weights_dtype not in ("float32", "float16"):
+            raise ValueError("kv_dtype and weights_dtype must be float32 or float16")
+        self.kv_dtype, self.weights_dtype = kv_dtype, weights_dtype
         self._params: dict[str, Tensor] = {}
         self.kv_self = self._make_kv_self(max_batch)
         self._build()
 
     # ---- weights and persistent tensors ------------------------------------------------
     def param(self, name: str) -> Tensor:
+        """A weight as a PARAM leaf: float32, or as stored (float16) for the encoder's
+        weights when `weights="float16"` (its 1500-row products hide the widening)."""
         t = self._params.get(name)
         if t is None:
-            arr = np.ascontiguousarray(self.weights.get(name), dtype=np.float32)
+            arr = self.weights.get(name)
+            keep = (self.weights_dtype == "float16" and name.startswith("encoder/")
+                    and name.endswith("/weight") and arr.ndim >= 2)  # matrices only
+            arr = np.array(arr, dtype=arr.dtype if keep else np.float32, order="C")
+            self.weights.model.release(name)
             t = self._params[name] = self.backend.param(arr, name)
         return t
 
     def _make_kv_self(self, n_batch: int) -> list[tuple[Tensor, Tensor]]:
         rows, d = n_batch * self.dims.n_text_ctx, self.dims.n_text_state
-        return [(self.backend.persistent((rows, d), dt.float32, f"kv_self.k{i}"),
-                 self.backend.persistent((rows, d), dt.float32, f"kv_self.v{i}"))
+        kv = dt.dtype(self.kv_dtype)
+        return [(self.backend.persistent((rows, d), kv, f"kv_self.k{i}"),
+                 self.backend.persistent((rows, d), kv, f"kv_self.v{i}"))
                 for i in range(self.dims.n_text_layer)]
 
     # ---- graphs -------------------------------------------------------------------------
@@ -109,12 +120,12 @@ class WhisperModel:
         enc_read, copy = self.pipeline.handoff(enc, persist)
         self.pipeline.add("encoder", [copy or enc])
 
-        kv = graphs.build_cross(p, dims, ops.ref(enc_read, "embd_enc"))
+        kv = graphs.build_cross(p, dims, ops.ref(enc_read, "embd_enc"), dt.dtype(self.kv_dtype))
         self.kv_cross: list[tuple[Tensor, Tensor]] = []
         outs = []
         for k, v in kv:
-            k_read, k_copy = self.pipeline.handoff(k, persist)
-            v_read, v_copy = self.pipeline.handoff(v, persist)
+            k_read, k_copy = self.pipeline.handoff(k, persist, read_repeatedly=True)
+            v_read, v_copy = self.pipeline.handoff(v, persist, read_repeatedly=True)
             self.kv_cross.append((k_read, v_read))
             outs += [k_copy or k, v_copy or v]
         self.pipeline.add("cross", outs)

@@ -15,6 +15,7 @@ Format reference: shared/reference/whisper.md §1.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import mmap
@@ -37,6 +38,13 @@ WHISPER_SPEC = "WhisperSpec"
 MAX_WHISPER_REVISION = 3
 INT16_DEFAULT_SCALE = 1000.0  # CT2's global int16 scale, for old int16 files without a scale
 MAX_CONFIG_BYTES = 16 << 20  # config.json is ~2 KB; refuse to parse something absurd
+# What the rest of the engine can run: the audio front end computes 80 or 128 mel bins and
+# 3000 frames per window (1500 encoder positions after conv2's stride 2), and every Whisper
+# decodes at most 448 tokens. Bounding n_text_ctx also bounds the KV cache to a small
+# multiple of the file: otherwise a tiny file could declare a huge context.
+SUPPORTED_N_MELS = (80, 128)
+N_AUDIO_CTX = 1500
+MAX_TEXT_CTX = 448
 
 # CT2 `enum DataType` order (include/ctranslate2/types.h): id -> (name, numpy storage type).
 # bfloat16 has no numpy type: it is stored as its raw 16 bits and widened on `get`.
@@ -157,6 +165,18 @@ class ModelBin:
         count = v.nbytes // v.storage.itemsize
         return np.frombuffer(self._buf, v.storage, count, v.offset).reshape(v.shape)
 
+    def release(self, name: str) -> None:
+        """Drop the resident file pages under a variable once its values were copied
+        out, so a converted copy and the mapped original never both count in RSS."""
+        if not isinstance(self._buf, mmap.mmap) or not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        v = self.resolve(name)
+        start = v.offset - v.offset % mmap.PAGESIZE
+        end = v.offset + v.nbytes
+        end -= end % mmap.PAGESIZE  # whole pages only: neighbours may still be needed
+        if end > start:
+            self._buf.madvise(mmap.MADV_DONTNEED, start, end - start)
+
     def get(self, name: str, dtype: DTypeLike | None = None) -> np.ndarray:
         """A variable's values: as stored (a view) unless it needs widening or `dtype` asks.
 
@@ -209,8 +229,9 @@ def dequantize(q: np.ndarray, scale: np.ndarray | float) -> np.ndarray:
     s = np.asarray(scale, np.float32)
     if s.ndim == 0:
         return q.astype(np.float32) / s
-    rows = q.reshape(s.shape[0], -1).astype(np.float32) / s[:, None]
-    return rows.reshape(q.shape)
+    # broadcast one scale per row; unlike reshape(rows, -1), this works for 0 rows too
+    out: np.ndarray = q.astype(np.float32) / s.reshape(s.shape[0], *[1] * (q.ndim - 1))
+    return out
 
 
 def read_model_bin(path: str | Path, spec: str | None = WHISPER_SPEC) -> ModelBin:
@@ -470,7 +491,10 @@ def infer_dims(model: ModelBin) -> ModelDims:
 
     def n_heads(name: str) -> int:
         shape(name)
-        return int(model.scalar(name))
+        value = model.scalar(name)
+        if not (math.isfinite(value) and value == int(value)):
+            raise model.error(f"{name} is {value}, not a whole number of heads")
+        return int(value)
 
     conv1 = shape("encoder/conv1/weight")
     embeddings = shape("decoder/embeddings/weight")
@@ -494,7 +518,23 @@ def infer_dims(model: ModelBin) -> ModelDims:
     ):
         if heads <= 0 or state % heads:
             raise model.error(f"{side}: {heads} heads do not divide the width {state}")
+    _check_supported(model, dims)
     return dims
+
+
+def _check_supported(model: ModelBin, dims: ModelDims) -> None:
+    """Dims this engine can run, checked before anything is sized from them."""
+    for field, value in dataclasses.asdict(dims).items():
+        if value < 1:
+            raise model.error(f"{field} is {value}; every Whisper dimension must be >= 1")
+    if dims.n_mels not in SUPPORTED_N_MELS:
+        raise model.error(f"the model expects {dims.n_mels} mel bins; only 80 or 128 exist")
+    if dims.n_audio_ctx != N_AUDIO_CTX:
+        raise model.error(f"encoder/position_encodings/encodings has {dims.n_audio_ctx} "
+                          f"positions; a 30 s window needs {N_AUDIO_CTX}")
+    if dims.n_text_ctx > MAX_TEXT_CTX:
+        raise model.error(f"decoder/position_encodings/encodings has {dims.n_text_ctx} "
+                          f"positions; Whisper decodes at most {MAX_TEXT_CTX}")
 
 
 def _count_layers(model: ModelBin, side: str) -> int:
@@ -502,7 +542,10 @@ def _count_layers(model: ModelBin, side: str) -> int:
     found = {int(m.group(1)) for n in model.variables if (m := pattern.match(n))}
     if not found:
         raise model.error(f"no {side} layers")
-    return max(found) + 1  # gaps surface as missing variables in expected_shapes
+    if max(found) >= len(found):  # a gap; never size anything from a corrupt index
+        gap = next(i for i in range(len(found) + 1) if i not in found)
+        raise model.error(f"{side} layer {gap} is missing (layers up to {max(found)} exist)")
+    return len(found)
 
 
 def expected_shapes(d: ModelDims) -> dict[str, tuple[int, ...]]:
@@ -559,6 +602,8 @@ def read_config(path: str | Path, dims: ModelDims) -> WhisperConfig:
         if path.stat().st_size > MAX_CONFIG_BYTES:
             raise ModelError(f"{path}: {path.stat().st_size} bytes is too large for a config")
         data = json.loads(path.read_bytes())
+    except RecursionError:
+        raise ModelError(f"{path}: not valid JSON (nested too deeply)") from None
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise ModelError(f"{path}: not valid JSON ({str(e).splitlines()[0]})") from None
     if not isinstance(data, dict):
