@@ -40,14 +40,17 @@ CAST = Op("cast")
 MEAN = Op("mean")
 ARGMAX = Op("argmax")
 COPY_INTO = Op("copy_into", is_view=True)  # writes src into dst's bytes; result is a view of dst
+SET_ROWS = Op("set_rows", is_view=True)  # writes src rows into dst at row ids; result is a view of dst
 VIEW = Op("view", is_view=True)
 RESHAPE = Op("reshape", is_view=True)
 PERMUTE = Op("permute", is_view=True)
+CONV2D = Op("conv2d")  # direct 2-D convolution, one node (CNN benchmark graphs)
+POOL2D = Op("pool2d")
 
 ALL_OPS: tuple[Op, ...] = (
     ADD, SUB, MUL, DIV, SCALE, NEG, EXP, SQRT, TANH, GELU, SILU, RELU, SOFTMAX, LAYER_NORM,
-    RMS_NORM, MATMUL, IM2COL, CONCAT, GET_ROWS, CONT, CAST, MEAN, ARGMAX, COPY_INTO, VIEW,
-    RESHAPE, PERMUTE,
+    RMS_NORM, MATMUL, IM2COL, CONCAT, GET_ROWS, CONT, CAST, MEAN, ARGMAX, COPY_INTO, SET_ROWS, VIEW,
+    RESHAPE, PERMUTE, CONV2D, POOL2D,
 )  # fmt: skip
 
 
@@ -266,6 +269,19 @@ def copy_into(src: Tensor, dst: Tensor, name: str = "") -> Tensor:
     return t
 
 
+def set_rows(dst: Tensor, ids: Tensor, src: Tensor, name: str = "") -> Tensor:
+    """dst[ids[i]] = src[i] for every i: dst (R, ...), ids (n,) integer, src (n, ...).
+    Writes into dst's bytes (a KV cache, say) at rows chosen at run time, so one planned
+    graph serves every position; returns a view of dst ordering later readers after it."""
+    if ids.ndim != 1 or ids.dtype not in (dt.int32, dt.int64):
+        raise ValueError(f"set_rows ids must be a 1-D integer tensor, got {ids.dtype} {ids.shape}")
+    if src.shape != (ids.shape[0], *dst.shape[1:]) or src.dtype != dst.dtype:
+        raise ValueError(f"set_rows: src {src.dtype} {src.shape} does not fit rows of "
+                         f"{dst.dtype} {dst.shape} at {ids.shape[0]} ids")
+    return Tensor(dst.shape, dst.dtype, strides=dst.strides, op=SET_ROWS, srcs=(dst, ids, src),
+                  view_src=dst.root, view_offset=dst.view_offset, name=name)
+
+
 def mean(a: Tensor, axis: int = -1, name: str = "") -> Tensor:
     """Mean over one axis, kept as size 1."""
     axis = axis % a.ndim
@@ -330,3 +346,67 @@ def transpose(a: Tensor, name: str = "") -> Tensor:
     axes = list(range(a.ndim))
     axes[-2], axes[-1] = axes[-1], axes[-2]
     return permute(a, axes, name)
+
+
+# ---- 2-D convolution and pooling (CNN graphs; x is (C, H, W), batch 1) ---------------------
+def _pair(v: int | Sequence[int], what: str) -> tuple[int, int]:
+    h, w = (v, v) if isinstance(v, int) else tuple(v)
+    if h < 0 or w < 0:
+        raise ValueError(f"{what} must be non-negative, got {v}")
+    return int(h), int(w)
+
+
+def _window_out(hw: tuple[int, int], kernel: tuple[int, int], stride: tuple[int, int],
+                padding: tuple[int, int], what: str) -> tuple[int, int]:
+    out = tuple((n + 2 * p - k) // s + 1
+                for n, k, s, p in zip(hw, kernel, stride, padding, strict=True))
+    if min(stride) < 1 or min(out) <= 0:
+        raise ValueError(f"{what}: input {hw} too small for kernel {kernel} (stride {stride}, "
+                         f"padding {padding})")
+    return out[0], out[1]
+
+
+def conv2d(x: Tensor, weight: Tensor, stride: int | Sequence[int] = 1,
+           padding: int | Sequence[int] = 0, groups: int = 1, name: str = "") -> Tensor:
+    """PyTorch's Conv2d without bias (a cross-correlation), as one node.
+
+    x (C_in, H, W), weight (C_out, C_in // groups, KH, KW) -> (C_out, H_out, W_out), with
+    H_out = (H + 2 * pad_h - KH) // stride_h + 1 (W likewise); padding is zeros. stride and
+    padding are an int or an (h, w) pair, stored as pairs in params. With cpg = C_in // groups
+    and opg = C_out // groups, output channel o belongs to group g = o // opg and
+        out[o, i, j] = sum over c < cpg, p < KH, q < KW of
+                       x_pad[g * cpg + c, i * stride_h + p, j * stride_w + q] * weight[o, c, p, q]
+    groups == C_in == C_out is a depthwise convolution. Add a bias (C_out, 1, 1) separately.
+    """
+    if x.ndim != 3 or weight.ndim != 4:
+        raise ValueError(f"conv2d expects x (C, H, W) and weight (O, C/g, KH, KW), got {x.shape} "
+                         f"and {weight.shape}")
+    c_out, cpg, kh, kw = weight.shape
+    if groups < 1 or x.shape[0] % groups or c_out % groups or x.shape[0] // groups != cpg:
+        raise ValueError(f"conv2d: {x.shape[0]} input channels, weight {weight.shape} and "
+                         f"groups={groups} do not agree")
+    st, pad = _pair(stride, "conv2d stride"), _pair(padding, "conv2d padding")
+    h_out, w_out = _window_out((x.shape[1], x.shape[2]), (kh, kw), st, pad, "conv2d")
+    return _node(CONV2D, (c_out, h_out, w_out), x.dtype, (x, weight), name, stride=st,
+                 padding=pad, groups=groups)
+
+
+def pool2d(x: Tensor, kernel: int | Sequence[int], stride: int | Sequence[int] | None = None,
+           padding: int | Sequence[int] = 0, mode: str = "max", name: str = "") -> Tensor:
+    """Max or average pooling over (KH, KW) windows of each channel, as one node.
+
+    x (C, H, W) -> (C, H_out, W_out), H_out = (H + 2 * pad_h - KH) // stride_h + 1; stride
+    defaults to the kernel. mode "max": padded cells count as -inf (PyTorch MaxPool2d).
+    mode "avg": the window sum divided by KH * KW, padded cells counting as zeros
+    (AvgPool2d with count_include_pad=True). kernel, stride, padding are stored as pairs.
+    """
+    if x.ndim != 3:
+        raise ValueError(f"pool2d expects (C, H, W), got {x.shape}")
+    if mode not in ("max", "avg"):
+        raise ValueError(f"pool2d mode must be 'max' or 'avg', got {mode!r}")
+    k = _pair(kernel, "pool2d kernel")
+    st = k if stride is None else _pair(stride, "pool2d stride")
+    pad = _pair(padding, "pool2d padding")
+    h_out, w_out = _window_out((x.shape[1], x.shape[2]), k, st, pad, "pool2d")
+    return _node(POOL2D, (x.shape[0], h_out, w_out), x.dtype, (x,), name, kernel=k, stride=st,
+                 padding=pad, mode=mode)
