@@ -128,6 +128,9 @@ class TranscribeOptions(SearchOptions):
     hallucination_silence_threshold: float | None = _opt(
         None, "with word timestamps: skip silences longer than this many seconds around a "
               "possible hallucination")
+    # voice activity detection (whisper/vad.py)
+    vad_filter: bool = _opt(
+        False, "transcribe only the speech Silero VAD finds (needs onnxruntime and silero-vad)")
 
     def __post_init__(self) -> None:
         SearchOptions.__post_init__(self)
@@ -135,6 +138,8 @@ class TranscribeOptions(SearchOptions):
             raise ValueError("temperature needs one or more values, none negative")
         if self.hallucination_silence_threshold is not None and not self.word_timestamps:
             raise ValueError("hallucination_silence_threshold needs word_timestamps")
+        if self.vad_filter and self.clip_timestamps:  # clip times: original or speech-only?
+            raise ValueError("vad_filter and clip_timestamps cannot be combined")
 
     def decoding(self, temperature: float, prompt: Sequence[int] | None,
                  prefix: str | None) -> DecodingOptions:
