@@ -26,7 +26,11 @@ ALLOWED = {
 def _imports(path: Path) -> set[str]:
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tensorplan."):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.module.startswith("tensorplan.")
+        ):
             found.add(node.module.split(".")[1])
         elif isinstance(node, ast.Import):
             for alias in node.names:
@@ -46,10 +50,19 @@ def test_imports_point_downward(layer: str) -> None:
 
 def test_mypy_strict_on_planner_and_graph() -> None:
     pytest.importorskip("mypy")
-    targets = [str(SRC / "alloc"), str(SRC / "graph.py"), str(SRC / "tensor.py"),
-               str(SRC / "ops.py"), str(SRC / "dtype.py")]
-    proc = subprocess.run([sys.executable, "-m", "mypy", "--strict", *targets],
-                          capture_output=True, text=True, cwd=SRC.parents[1])
+    targets = [
+        str(SRC / "alloc"),
+        str(SRC / "graph.py"),
+        str(SRC / "tensor.py"),
+        str(SRC / "ops.py"),
+        str(SRC / "dtype.py"),
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", *targets],
+        capture_output=True,
+        text=True,
+        cwd=SRC.parents[1],
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -57,6 +70,7 @@ def test_ruff_clean() -> None:
     if shutil.which("ruff") is None and not Path(sys.executable).with_name("ruff").exists():
         pytest.skip("ruff not installed (pip install -e '.[test]' installs it)")
     ruff = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
-    proc = subprocess.run([ruff, "check", "src", "tests", "bench"], capture_output=True,
-                          text=True, cwd=SRC.parents[1])
+    proc = subprocess.run(
+        [ruff, "check", "src", "tests", "bench"], capture_output=True, text=True, cwd=SRC.parents[1]
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -40,7 +40,9 @@ CAST = Op("cast")
 MEAN = Op("mean")
 ARGMAX = Op("argmax")
 COPY_INTO = Op("copy_into", is_view=True)  # writes src into dst's bytes; result is a view of dst
-SET_ROWS = Op("set_rows", is_view=True)  # writes src rows into dst at row ids; result is a view of dst
+SET_ROWS = Op(
+    "set_rows", is_view=True
+)  # writes src rows into dst at row ids; result is a view of dst
 VIEW = Op("view", is_view=True)
 RESHAPE = Op("reshape", is_view=True)
 PERMUTE = Op("permute", is_view=True)
@@ -54,14 +56,21 @@ ALL_OPS: tuple[Op, ...] = (
 )  # fmt: skip
 
 
-def _node(op: Op, shape: Sequence[int], dtype: DType, srcs: Sequence[Tensor], name: str = "",
-          **params: Any) -> Tensor:
+def _node(
+    op: Op,
+    shape: Sequence[int],
+    dtype: DType,
+    srcs: Sequence[Tensor],
+    name: str = "",
+    **params: Any,
+) -> Tensor:
     return Tensor(tuple(shape), dtype, op=op, srcs=tuple(srcs), params=params, name=name)
 
 
 # ---- leafs ----------------------------------------------------------------------------
-def new_tensor(shape: Sequence[int], dtype: DType = dt.float32, name: str = "",
-               flags: Flag = Flag.NONE) -> Tensor:
+def new_tensor(
+    shape: Sequence[int], dtype: DType = dt.float32, name: str = "", flags: Flag = Flag.NONE
+) -> Tensor:
     return Tensor(tuple(shape), dtype, name=name, flags=flags)
 
 
@@ -76,8 +85,14 @@ def param(shape: Sequence[int], dtype: DType = dt.float32, name: str = "") -> Te
 def ref(t: Tensor, name: str = "") -> Tensor:
     """A leaf that views `t` (ggml_view_tensor): how a later graph reads an earlier
     graph's result or a persistent tensor without making it one of its own nodes."""
-    return Tensor(t.shape, t.dtype, strides=t.strides, view_src=t.root,
-                  view_offset=t.view_offset, name=name or f"{t.name}(ref)")
+    return Tensor(
+        t.shape,
+        t.dtype,
+        strides=t.strides,
+        view_src=t.root,
+        view_offset=t.view_offset,
+        name=name or f"{t.name}(ref)",
+    )
 
 
 # ---- elementwise ------------------------------------------------------------------------
@@ -169,14 +184,27 @@ def _check_vector(v: Tensor | None, n: int, what: str) -> None:
         raise ValueError(f"{what} must have shape ({n},), got {v.shape}")
 
 
-def layer_norm(a: Tensor, weight: Tensor | None = None, bias: Tensor | None = None,
-               eps: float = 1e-5, name: str = "") -> Tensor:
+def layer_norm(
+    a: Tensor,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+    name: str = "",
+) -> Tensor:
     """(a - mean) / sqrt(var + eps) * weight + bias over the last axis."""
     _check_vector(weight, a.shape[-1], "layer_norm weight")
     _check_vector(bias, a.shape[-1], "layer_norm bias")
     srcs = tuple(t for t in (a, weight, bias) if t is not None)
-    return _node(LAYER_NORM, a.shape, a.dtype, srcs, name, eps=float(eps),
-                 has_weight=weight is not None, has_bias=bias is not None)
+    return _node(
+        LAYER_NORM,
+        a.shape,
+        a.dtype,
+        srcs,
+        name,
+        eps=float(eps),
+        has_weight=weight is not None,
+        has_bias=bias is not None,
+    )
 
 
 def rms_norm(a: Tensor, weight: Tensor | None = None, eps: float = 1e-6, name: str = "") -> Tensor:
@@ -194,7 +222,9 @@ def matmul(a: Tensor, b: Tensor, transpose_b: bool = False, name: str = "") -> T
     m, k = a.shape[-2:]
     kb, n = (b.shape[-1], b.shape[-2]) if transpose_b else b.shape[-2:]
     if k != kb:
-        raise ValueError(f"matmul: inner dims differ: {a.shape} @ {b.shape} (transpose_b={transpose_b})")
+        raise ValueError(
+            f"matmul: inner dims differ: {a.shape} @ {b.shape} (transpose_b={transpose_b})"
+        )
     batch = broadcast_shape(a.shape[:-2], b.shape[:-2])
     return _node(MATMUL, (*batch, m, n), a.dtype, (a, b), name, transpose_b=transpose_b)
 
@@ -213,8 +243,16 @@ def im2col(x: Tensor, kernel: int, stride: int = 1, padding: int = 0, name: str 
     l_out = (length + 2 * padding - kernel) // stride + 1
     if l_out <= 0:
         raise ValueError(f"im2col: input length {length} too short for kernel {kernel}")
-    return _node(IM2COL, (l_out, c * kernel), x.dtype, (x,), name, kernel=kernel, stride=stride,
-                 padding=padding)
+    return _node(
+        IM2COL,
+        (l_out, c * kernel),
+        x.dtype,
+        (x,),
+        name,
+        kernel=kernel,
+        stride=stride,
+        padding=padding,
+    )
 
 
 def conv1d(x: Tensor, weight: Tensor, stride: int = 1, padding: int = 0, name: str = "") -> Tensor:
@@ -234,8 +272,10 @@ def concat(ts: Sequence[Tensor], axis: int = 0, name: str = "") -> Tensor:
     first = ts[0]
     axis = axis % first.ndim
     for t in ts[1:]:
-        if t.dtype != first.dtype or t.ndim != first.ndim or any(
-            t.shape[i] != first.shape[i] for i in range(first.ndim) if i != axis
+        if (
+            t.dtype != first.dtype
+            or t.ndim != first.ndim
+            or any(t.shape[i] != first.shape[i] for i in range(first.ndim) if i != axis)
         ):
             raise ValueError(f"concat: {t.shape} does not match {first.shape} off axis {axis}")
     shape = list(first.shape)
@@ -264,8 +304,16 @@ def copy_into(src: Tensor, dst: Tensor, name: str = "") -> Tensor:
     orders later readers after the write. dst usually lives outside the graph."""
     if src.shape != dst.shape:
         raise ValueError(f"copy_into: shapes differ ({src.shape} vs {dst.shape})")
-    t = Tensor(dst.shape, dst.dtype, strides=dst.strides, op=COPY_INTO, srcs=(src, dst),
-               view_src=dst.root, view_offset=dst.view_offset, name=name)
+    t = Tensor(
+        dst.shape,
+        dst.dtype,
+        strides=dst.strides,
+        op=COPY_INTO,
+        srcs=(src, dst),
+        view_src=dst.root,
+        view_offset=dst.view_offset,
+        name=name,
+    )
     return t
 
 
@@ -276,10 +324,20 @@ def set_rows(dst: Tensor, ids: Tensor, src: Tensor, name: str = "") -> Tensor:
     if ids.ndim != 1 or ids.dtype not in (dt.int32, dt.int64):
         raise ValueError(f"set_rows ids must be a 1-D integer tensor, got {ids.dtype} {ids.shape}")
     if src.shape != (ids.shape[0], *dst.shape[1:]) or src.dtype != dst.dtype:
-        raise ValueError(f"set_rows: src {src.dtype} {src.shape} does not fit rows of "
-                         f"{dst.dtype} {dst.shape} at {ids.shape[0]} ids")
-    return Tensor(dst.shape, dst.dtype, strides=dst.strides, op=SET_ROWS, srcs=(dst, ids, src),
-                  view_src=dst.root, view_offset=dst.view_offset, name=name)
+        raise ValueError(
+            f"set_rows: src {src.dtype} {src.shape} does not fit rows of "
+            f"{dst.dtype} {dst.shape} at {ids.shape[0]} ids"
+        )
+    return Tensor(
+        dst.shape,
+        dst.dtype,
+        strides=dst.strides,
+        op=SET_ROWS,
+        srcs=(dst, ids, src),
+        view_src=dst.root,
+        view_offset=dst.view_offset,
+        name=name,
+    )
 
 
 def mean(a: Tensor, axis: int = -1, name: str = "") -> Tensor:
@@ -298,21 +356,48 @@ def argmax(a: Tensor, axis: int = -1, name: str = "") -> Tensor:
 
 
 # ---- views ----------------------------------------------------------------------------------
-def _view_node(op: Op, a: Tensor, shape: Sequence[int], strides: Sequence[int], offset: int,
-               name: str, **params: Any) -> Tensor:
-    t = Tensor(tuple(shape), a.dtype, strides=tuple(strides), op=op, srcs=(a,), params=params,
-               view_src=a.root, view_offset=a.view_offset + offset, name=name)
+def _view_node(
+    op: Op,
+    a: Tensor,
+    shape: Sequence[int],
+    strides: Sequence[int],
+    offset: int,
+    name: str,
+    **params: Any,
+) -> Tensor:
+    t = Tensor(
+        tuple(shape),
+        a.dtype,
+        strides=tuple(strides),
+        op=op,
+        srcs=(a,),
+        params=params,
+        view_src=a.root,
+        view_offset=a.view_offset + offset,
+        name=name,
+    )
     root = a.root
     if t.nbytes and t.view_offset + t.nbytes > root.nbytes:
-        raise ValueError(f"view [{t.view_offset}, {t.view_offset + t.nbytes}) exceeds its root "
-                         f"of {root.nbytes} B")
+        raise ValueError(
+            f"view [{t.view_offset}, {t.view_offset + t.nbytes}) exceeds its root "
+            f"of {root.nbytes} B"
+        )
     return t
 
 
-def view(a: Tensor, shape: Sequence[int], strides: Sequence[int] | None = None, offset: int = 0,
-         name: str = "") -> Tensor:
+def view(
+    a: Tensor,
+    shape: Sequence[int],
+    strides: Sequence[int] | None = None,
+    offset: int = 0,
+    name: str = "",
+) -> Tensor:
     """A window into a's bytes: byte offset from a's start, byte strides (default contiguous)."""
-    st = tuple(strides) if strides is not None else contiguous_strides(tuple(shape), a.dtype.itemsize)
+    st = (
+        tuple(strides)
+        if strides is not None
+        else contiguous_strides(tuple(shape), a.dtype.itemsize)
+    )
     if offset < 0 or any(s < 0 for s in st):
         raise ValueError("views take non-negative offsets and strides")
     if offset + extent(tuple(shape), st, a.dtype.itemsize) > a.nbytes:
@@ -328,17 +413,27 @@ def reshape(a: Tensor, shape: Sequence[int], name: str = "") -> Tensor:
     if math.prod(shape) != a.size:
         raise ValueError(f"cannot reshape {a.shape} to {tuple(shape)}")
     if not a.is_contiguous:
-        raise ValueError(f"reshape needs a contiguous tensor; {a.shape} has strides {a.strides} "
-                         "(use cont first)")
-    return _view_node(RESHAPE, a, shape, contiguous_strides(tuple(shape), a.dtype.itemsize), 0, name)
+        raise ValueError(
+            f"reshape needs a contiguous tensor; {a.shape} has strides {a.strides} (use cont first)"
+        )
+    return _view_node(
+        RESHAPE, a, shape, contiguous_strides(tuple(shape), a.dtype.itemsize), 0, name
+    )
 
 
 def permute(a: Tensor, axes: Sequence[int], name: str = "") -> Tensor:
     axes = [x % a.ndim for x in axes]
     if sorted(axes) != list(range(a.ndim)):
         raise ValueError(f"permute axes {axes} are not a permutation of {a.ndim} axes")
-    return _view_node(PERMUTE, a, [a.shape[i] for i in axes], [a.strides[i] for i in axes], 0,
-                      name, axes=tuple(axes))
+    return _view_node(
+        PERMUTE,
+        a,
+        [a.shape[i] for i in axes],
+        [a.strides[i] for i in axes],
+        0,
+        name,
+        axes=tuple(axes),
+    )
 
 
 def transpose(a: Tensor, name: str = "") -> Tensor:
@@ -356,18 +451,31 @@ def _pair(v: int | Sequence[int], what: str) -> tuple[int, int]:
     return int(h), int(w)
 
 
-def _window_out(hw: tuple[int, int], kernel: tuple[int, int], stride: tuple[int, int],
-                padding: tuple[int, int], what: str) -> tuple[int, int]:
-    out = tuple((n + 2 * p - k) // s + 1
-                for n, k, s, p in zip(hw, kernel, stride, padding, strict=True))
+def _window_out(
+    hw: tuple[int, int],
+    kernel: tuple[int, int],
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    what: str,
+) -> tuple[int, int]:
+    out = tuple(
+        (n + 2 * p - k) // s + 1 for n, k, s, p in zip(hw, kernel, stride, padding, strict=True)
+    )
     if min(stride) < 1 or min(out) <= 0:
-        raise ValueError(f"{what}: input {hw} too small for kernel {kernel} (stride {stride}, "
-                         f"padding {padding})")
+        raise ValueError(
+            f"{what}: input {hw} too small for kernel {kernel} (stride {stride}, padding {padding})"
+        )
     return out[0], out[1]
 
 
-def conv2d(x: Tensor, weight: Tensor, stride: int | Sequence[int] = 1,
-           padding: int | Sequence[int] = 0, groups: int = 1, name: str = "") -> Tensor:
+def conv2d(
+    x: Tensor,
+    weight: Tensor,
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] = 0,
+    groups: int = 1,
+    name: str = "",
+) -> Tensor:
     """PyTorch's Conv2d without bias (a cross-correlation), as one node.
 
     x (C_in, H, W), weight (C_out, C_in // groups, KH, KW) -> (C_out, H_out, W_out), with
@@ -379,20 +487,38 @@ def conv2d(x: Tensor, weight: Tensor, stride: int | Sequence[int] = 1,
     groups == C_in == C_out is a depthwise convolution. Add a bias (C_out, 1, 1) separately.
     """
     if x.ndim != 3 or weight.ndim != 4:
-        raise ValueError(f"conv2d expects x (C, H, W) and weight (O, C/g, KH, KW), got {x.shape} "
-                         f"and {weight.shape}")
+        raise ValueError(
+            f"conv2d expects x (C, H, W) and weight (O, C/g, KH, KW), got {x.shape} "
+            f"and {weight.shape}"
+        )
     c_out, cpg, kh, kw = weight.shape
     if groups < 1 or x.shape[0] % groups or c_out % groups or x.shape[0] // groups != cpg:
-        raise ValueError(f"conv2d: {x.shape[0]} input channels, weight {weight.shape} and "
-                         f"groups={groups} do not agree")
+        raise ValueError(
+            f"conv2d: {x.shape[0]} input channels, weight {weight.shape} and "
+            f"groups={groups} do not agree"
+        )
     st, pad = _pair(stride, "conv2d stride"), _pair(padding, "conv2d padding")
     h_out, w_out = _window_out((x.shape[1], x.shape[2]), (kh, kw), st, pad, "conv2d")
-    return _node(CONV2D, (c_out, h_out, w_out), x.dtype, (x, weight), name, stride=st,
-                 padding=pad, groups=groups)
+    return _node(
+        CONV2D,
+        (c_out, h_out, w_out),
+        x.dtype,
+        (x, weight),
+        name,
+        stride=st,
+        padding=pad,
+        groups=groups,
+    )
 
 
-def pool2d(x: Tensor, kernel: int | Sequence[int], stride: int | Sequence[int] | None = None,
-           padding: int | Sequence[int] = 0, mode: str = "max", name: str = "") -> Tensor:
+def pool2d(
+    x: Tensor,
+    kernel: int | Sequence[int],
+    stride: int | Sequence[int] | None = None,
+    padding: int | Sequence[int] = 0,
+    mode: str = "max",
+    name: str = "",
+) -> Tensor:
     """Max or average pooling over (KH, KW) windows of each channel, as one node.
 
     x (C, H, W) -> (C, H_out, W_out), H_out = (H + 2 * pad_h - KH) // stride_h + 1; stride
@@ -408,5 +534,14 @@ def pool2d(x: Tensor, kernel: int | Sequence[int], stride: int | Sequence[int] |
     st = k if stride is None else _pair(stride, "pool2d stride")
     pad = _pair(padding, "pool2d padding")
     h_out, w_out = _window_out((x.shape[1], x.shape[2]), k, st, pad, "pool2d")
-    return _node(POOL2D, (x.shape[0], h_out, w_out), x.dtype, (x,), name, kernel=k, stride=st,
-                 padding=pad, mode=mode)
+    return _node(
+        POOL2D,
+        (x.shape[0], h_out, w_out),
+        x.dtype,
+        (x,),
+        name,
+        kernel=k,
+        stride=st,
+        padding=pad,
+        mode=mode,
+    )

@@ -75,8 +75,9 @@ class Pipeline:
             raise ValueError(f"unknown plan mode {self.mode!r}; choose from {PLAN_MODES}")
 
     # ---- building ------------------------------------------------------------------
-    def handoff(self, t: Tensor, make_persistent: object,
-                read_repeatedly: bool = False) -> tuple[Tensor, Tensor | None]:
+    def handoff(
+        self, t: Tensor, make_persistent: object, read_repeatedly: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
         """Make t readable by later stages. Returns (what later stages `ref`, the node
         the producer must compute: the copy in dedicated mode, else None).
         `make_persistent(shape, dtype, name) -> Tensor` allocates a dedicated tensor.

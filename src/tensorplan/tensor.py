@@ -149,4 +149,6 @@ class Tensor:
     def __repr__(self) -> str:
         op = self.op.name if self.op else "leaf"
         view = f" view_of={self.view_src.name or '?'}+{self.view_offset}" if self.view_src else ""
-        return f"Tensor({self.name or '?'}: {op} {self.dtype} {self.shape}{view} flags={self.flags!r})"
+        return (
+            f"Tensor({self.name or '?'}: {op} {self.dtype} {self.shape}{view} flags={self.flags!r})"
+        )

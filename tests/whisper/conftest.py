@@ -10,8 +10,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 JFK = ROOT / "samples" / "jfk.wav"
-JFK_TEXT = ("And so my fellow Americans ask not what your country can do for you "
-            "ask what you can do for your country")
+JFK_TEXT = (
+    "And so my fellow Americans ask not what your country can do for you "
+    "ask what you can do for your country"
+)
 
 
 def normalize(text: str) -> str:

@@ -35,12 +35,13 @@ class Reference:
     def p(self, name: str) -> np.ndarray:
         return np.asarray(self.w.get(name), dtype=np.float64)
 
-    def attention(self, x: np.ndarray, src: np.ndarray, prefix: str, n_head: int,
-                  fused_q: bool, causal: bool) -> np.ndarray:
+    def attention(
+        self, x: np.ndarray, src: np.ndarray, prefix: str, n_head: int, fused_q: bool, causal: bool
+    ) -> np.ndarray:
         d = x.shape[1]
         if fused_q:
             w, b = self.p(f"{prefix}/linear_0/weight"), self.p(f"{prefix}/linear_0/bias")
-            q, k, v = (x @ w[i * d:(i + 1) * d].T + b[i * d:(i + 1) * d] for i in range(3))
+            q, k, v = (x @ w[i * d : (i + 1) * d].T + b[i * d : (i + 1) * d] for i in range(3))
             out_name = "linear_1"
         else:
             q = x @ self.p(f"{prefix}/linear_0/weight").T + self.p(f"{prefix}/linear_0/bias")
@@ -68,11 +69,19 @@ class Reference:
         return layer_norm(x, self.p(f"{prefix}/gamma"), self.p(f"{prefix}/beta"))
 
     def encode(self, mel: np.ndarray) -> np.ndarray:
-        x = gelu(conv1d(mel.astype(np.float64), self.p("encoder/conv1/weight"),
-                        self.p("encoder/conv1/bias"), 1))
+        x = gelu(
+            conv1d(
+                mel.astype(np.float64),
+                self.p("encoder/conv1/weight"),
+                self.p("encoder/conv1/bias"),
+                1,
+            )
+        )
         x = gelu(conv1d(x, self.p("encoder/conv2/weight"), self.p("encoder/conv2/bias"), 2)).T
         x = x + self.p("encoder/position_encodings/encodings")
-        n_layer = sum(1 for i in range(64) if f"encoder/layer_{i}/ffn/linear_0/weight" in self.w.model)
+        n_layer = sum(
+            1 for i in range(64) if f"encoder/layer_{i}/ffn/linear_0/weight" in self.w.model
+        )
         for i in range(n_layer):
             pre = f"encoder/layer_{i}"
             h = self.ln(x, f"{pre}/self_attention/layer_norm")
@@ -84,7 +93,9 @@ class Reference:
         """Logits of every position, shape (len(tokens), V)."""
         emb = self.p("decoder/embeddings/weight")
         x = emb[tokens] + self.p("decoder/position_encodings/encodings")[: len(tokens)]
-        n_layer = sum(1 for i in range(64) if f"decoder/layer_{i}/ffn/linear_0/weight" in self.w.model)
+        n_layer = sum(
+            1 for i in range(64) if f"decoder/layer_{i}/ffn/linear_0/weight" in self.w.model
+        )
         for i in range(n_layer):
             pre = f"decoder/layer_{i}"
             h = self.ln(x, f"{pre}/self_attention/layer_norm")

@@ -23,8 +23,13 @@ def test_jfk_greedy_golden_under_every_plan_mode(tiny_model_factory, jfk_audio, 
 
 
 def test_plan_modes_give_identical_tokens(tiny_model_factory, jfk_audio):
-    tokens = {plan: [s.tokens for s in tiny_model_factory(plan).transcribe(
-        jfk_audio, beam_size=None).segments] for plan in PLAN_MODES}
+    tokens = {
+        plan: [
+            s.tokens
+            for s in tiny_model_factory(plan).transcribe(jfk_audio, beam_size=None).segments
+        ]
+        for plan in PLAN_MODES
+    }
     first = tokens[PLAN_MODES[0]]
     assert all(t == first for t in tokens.values())
 
@@ -92,8 +97,9 @@ def test_decoding_never_replans(tiny_model_factory, jfk_audio, monkeypatch):
     model = tiny_model_factory("joint")
     calls = []
     real = allocator.GraphAllocator.alloc_graph
-    monkeypatch.setattr(allocator.GraphAllocator, "alloc_graph",
-                        lambda self, g: calls.append(g) or real(self, g))
+    monkeypatch.setattr(
+        allocator.GraphAllocator, "alloc_graph", lambda self, g: calls.append(g) or real(self, g)
+    )
     model.transcribe(jfk_audio, beam_size=None)
     assert calls == []
 

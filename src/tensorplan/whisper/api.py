@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from tensorplan.whisper.models import DEFAULT_MODEL, resolve_model
 from tensorplan.whisper.model import WhisperModel
+from tensorplan.whisper.models import DEFAULT_MODEL, resolve_model
 from tensorplan.whisper.options import TranscribeOptions
 from tensorplan.whisper.result import TranscriptionResult
 from tensorplan.whisper.timing import WordAligner

@@ -43,14 +43,14 @@ def _columns(t: Tensor, start: int, width: int) -> Tensor:
     return ops.view(t, (rows, width), (t.strides[0], item), offset=start * item)
 
 
-def _split_heads(t: Tensor, start: int, n_batch: int, n_tok: int, n_head: int,
-                 d: int) -> Tensor:
+def _split_heads(t: Tensor, start: int, n_batch: int, n_tok: int, n_head: int, d: int) -> Tensor:
     """(B*N, >= start+d) rows -> (B, H, N, dh) view of columns [start, start+d)."""
     item = t.dtype.itemsize
     dh = d // n_head
     row = t.strides[0]
-    return ops.view(t, (n_batch, n_head, n_tok, dh), (n_tok * row, dh * item, row, item),
-                    offset=start * item)
+    return ops.view(
+        t, (n_batch, n_head, n_tok, dh), (n_tok * row, dh * item, row, item), offset=start * item
+    )
 
 
 def _merge_heads(t: Tensor, name: str) -> Tensor:
@@ -60,16 +60,19 @@ def _merge_heads(t: Tensor, name: str) -> Tensor:
 
 
 def _layer_norm(x: Tensor, p: Params, prefix: str) -> Tensor:
-    return ops.layer_norm(x, p(f"{prefix}/gamma"), p(f"{prefix}/beta"), eps=1e-5,
-                          name=prefix)
+    return ops.layer_norm(x, p(f"{prefix}/gamma"), p(f"{prefix}/beta"), eps=1e-5, name=prefix)
 
 
 def _mlp(x: Tensor, p: Params, prefix: str) -> Tensor:
     h = _layer_norm(x, p, f"{prefix}/layer_norm")
-    h = ops.gelu(ops.linear(h, p(f"{prefix}/linear_0/weight"), p(f"{prefix}/linear_0/bias"),
-                            name=f"{prefix}/fc1"))
-    h = ops.linear(h, p(f"{prefix}/linear_1/weight"), p(f"{prefix}/linear_1/bias"),
-                   name=f"{prefix}/fc2")
+    h = ops.gelu(
+        ops.linear(
+            h, p(f"{prefix}/linear_0/weight"), p(f"{prefix}/linear_0/bias"), name=f"{prefix}/fc1"
+        )
+    )
+    h = ops.linear(
+        h, p(f"{prefix}/linear_1/weight"), p(f"{prefix}/linear_1/bias"), name=f"{prefix}/fc2"
+    )
     return ops.add(x, h, name=f"{prefix}/residual")
 
 
@@ -96,8 +99,9 @@ def _encoder_attention(h: Tensor, p: Params, prefix: str, n_head: int) -> Tensor
     """Self-attention one head at a time, so only one (A, A) score matrix is ever live."""
     n_ctx, d = h.shape
     dh = d // n_head
-    qkv = ops.linear(h, p(f"{prefix}/linear_0/weight"), p(f"{prefix}/linear_0/bias"),
-                     name=f"{prefix}/qkv")  # (A, 3d)
+    qkv = ops.linear(
+        h, p(f"{prefix}/linear_0/weight"), p(f"{prefix}/linear_0/bias"), name=f"{prefix}/qkv"
+    )  # (A, 3d)
     heads = []
     for i in range(n_head):
         q = _columns(qkv, i * dh, dh)
@@ -107,8 +111,9 @@ def _encoder_attention(h: Tensor, p: Params, prefix: str, n_head: int) -> Tensor
         probs = ops.softmax(scores, scale=dh**-0.5)
         heads.append(ops.matmul(probs, v, name=f"{prefix}/head{i}"))  # (A, dh)
     o = ops.concat(heads, axis=1, name=f"{prefix}/heads")  # (A, d)
-    return ops.linear(o, p(f"{prefix}/linear_1/weight"), p(f"{prefix}/linear_1/bias"),
-                      name=f"{prefix}/out")
+    return ops.linear(
+        o, p(f"{prefix}/linear_1/weight"), p(f"{prefix}/linear_1/bias"), name=f"{prefix}/out"
+    )
 
 
 def build_encoder(p: Params, dims: Dims, x: Tensor) -> Tensor:
@@ -123,8 +128,9 @@ def build_encoder(p: Params, dims: Dims, x: Tensor) -> Tensor:
 
 
 # ---- cross K/V ------------------------------------------------------------------------------
-def build_cross(p: Params, dims: Dims, enc: Tensor, kv_dtype: dt.DType = dt.float32
-                ) -> list[tuple[Tensor, Tensor]]:
+def build_cross(
+    p: Params, dims: Dims, enc: Tensor, kv_dtype: dt.DType = dt.float32
+) -> list[tuple[Tensor, Tensor]]:
     """encoder output (A, d) -> per decoder layer (K, V), each (A, d) in kv_dtype."""
     d = dims.n_text_state
     kv = []
@@ -132,8 +138,12 @@ def build_cross(p: Params, dims: Dims, enc: Tensor, kv_dtype: dt.DType = dt.floa
         prefix = f"decoder/layer_{i}/attention/linear_1"
         w, b = p(f"{prefix}/weight"), p(f"{prefix}/bias")  # fused (2d, d), (2d,)
         k = ops.linear(enc, ops.view(w, (d, d)), ops.view(b, (d,)), name=f"cross_k{i}")
-        v = ops.linear(enc, ops.view(w, (d, d), offset=d * d * w.dtype.itemsize),
-                       ops.view(b, (d,), offset=d * b.dtype.itemsize), name=f"cross_v{i}")
+        v = ops.linear(
+            enc,
+            ops.view(w, (d, d), offset=d * d * w.dtype.itemsize),
+            ops.view(b, (d,), offset=d * b.dtype.itemsize),
+            name=f"cross_v{i}",
+        )
         if kv_dtype != k.dtype:
             k, v = ops.cast(k, kv_dtype, f"cross_k{i}"), ops.cast(v, kv_dtype, f"cross_v{i}")
         kv.append((k, v))
@@ -153,18 +163,28 @@ class DecoderInputs:
 def decoder_inputs(n_batch: int, n_tok: int, n_rows: int, n_ctx: int) -> DecoderInputs:
     n = n_batch * n_tok
     return DecoderInputs(
-        ops.input((n,), dt.int32, "tokens"), ops.input((n,), dt.int32, "positions"),
+        ops.input((n,), dt.int32, "tokens"),
+        ops.input((n,), dt.int32, "positions"),
         ops.input((n,), dt.int32, "kv_rows"),
         ops.input((n_batch, 1, n_tok, n_ctx), dt.float32, "kq_mask"),
         ops.input((n_rows,), dt.int32, "logit_rows"),
     )
 
 
-def _self_attention(h: Tensor, p: Params, prefix: str, kv_cache: tuple[Tensor, Tensor],
-                    inp: DecoderInputs, n_batch: int, n_tok: int, n_head: int) -> Tensor:
+def _self_attention(
+    h: Tensor,
+    p: Params,
+    prefix: str,
+    kv_cache: tuple[Tensor, Tensor],
+    inp: DecoderInputs,
+    n_batch: int,
+    n_tok: int,
+    n_head: int,
+) -> Tensor:
     d = h.shape[1]
-    qkv = ops.linear(h, p(f"{prefix}/linear_0/weight"), p(f"{prefix}/linear_0/bias"),
-                     name=f"{prefix}/qkv")  # (B*N, 3d)
+    qkv = ops.linear(
+        h, p(f"{prefix}/linear_0/weight"), p(f"{prefix}/linear_0/bias"), name=f"{prefix}/qkv"
+    )  # (B*N, 3d)
     caches = []
     for j, cache in enumerate(kv_cache):  # cache (B_max*T, d) flattened rows
         rows = ops.view(cache, (n_batch * inp.mask.shape[-1], d))  # this batch's slots
@@ -178,16 +198,25 @@ def _self_attention(h: Tensor, p: Params, prefix: str, kv_cache: tuple[Tensor, T
     probs = ops.softmax(scores, inp.mask, scale=(d // n_head) ** -0.5)
     o = ops.matmul(probs, caches[1], name=f"{prefix}/attn")  # (B, H, N, dh)
     o = _merge_heads(o, f"{prefix}/merge")
-    return ops.linear(o, p(f"{prefix}/linear_1/weight"), p(f"{prefix}/linear_1/bias"),
-                      name=f"{prefix}/out")
+    return ops.linear(
+        o, p(f"{prefix}/linear_1/weight"), p(f"{prefix}/linear_1/bias"), name=f"{prefix}/out"
+    )
 
 
-def _cross_attention(h: Tensor, p: Params, prefix: str, kv: tuple[Tensor, Tensor],
-                     n_batch: int, n_tok: int, n_head: int) -> tuple[Tensor, Tensor]:
+def _cross_attention(
+    h: Tensor,
+    p: Params,
+    prefix: str,
+    kv: tuple[Tensor, Tensor],
+    n_batch: int,
+    n_tok: int,
+    n_head: int,
+) -> tuple[Tensor, Tensor]:
     """Returns (output (B*N, d), pre-softmax scores (B, H, N, A))."""
     d = h.shape[1]
-    q = ops.linear(h, p(f"{prefix}/linear_0/weight"), p(f"{prefix}/linear_0/bias"),
-                   name=f"{prefix}/q")
+    q = ops.linear(
+        h, p(f"{prefix}/linear_0/weight"), p(f"{prefix}/linear_0/bias"), name=f"{prefix}/q"
+    )
     q = _split_heads(q, 0, n_batch, n_tok, n_head, d)
     n_audio = kv[0].shape[0]
     k = _split_heads(kv[0], 0, 1, n_audio, n_head, d)  # (1, H, A, dh), shared by all beams
@@ -195,29 +224,40 @@ def _cross_attention(h: Tensor, p: Params, prefix: str, kv: tuple[Tensor, Tensor
     scores = ops.matmul(q, k, transpose_b=True, name=f"{prefix}/scores")  # (B, H, N, A)
     probs = ops.softmax(scores, scale=(d // n_head) ** -0.5)
     o = _merge_heads(ops.matmul(probs, v, name=f"{prefix}/attn"), f"{prefix}/merge")
-    out = ops.linear(o, p(f"{prefix}/linear_2/weight"), p(f"{prefix}/linear_2/bias"),
-                     name=f"{prefix}/out")
+    out = ops.linear(
+        o, p(f"{prefix}/linear_2/weight"), p(f"{prefix}/linear_2/bias"), name=f"{prefix}/out"
+    )
     return out, scores
 
 
-def build_decoder_trunk(p: Params, dims: Dims, inp: DecoderInputs, n_batch: int, n_tok: int,
-                        kv_self: list[tuple[Tensor, Tensor]],
-                        kv_cross: list[tuple[Tensor, Tensor]]) -> tuple[Tensor, list[Tensor]]:
+def build_decoder_trunk(
+    p: Params,
+    dims: Dims,
+    inp: DecoderInputs,
+    n_batch: int,
+    n_tok: int,
+    kv_self: list[tuple[Tensor, Tensor]],
+    kv_cross: list[tuple[Tensor, Tensor]],
+) -> tuple[Tensor, list[Tensor]]:
     """tokens of B sequences, N new each -> (hidden (B*N, d) before the final norm,
     per layer the cross-attention scores QK^T (B, H, N, A), unscaled and pre-softmax)."""
-    x = ops.add(ops.get_rows(p("decoder/embeddings/weight"), inp.tokens, name="tok_emb"),
-                ops.get_rows(p("decoder/position_encodings/encodings"), inp.positions,
-                             name="pos_emb"), name="embd")  # (B*N, d)
+    x = ops.add(
+        ops.get_rows(p("decoder/embeddings/weight"), inp.tokens, name="tok_emb"),
+        ops.get_rows(p("decoder/position_encodings/encodings"), inp.positions, name="pos_emb"),
+        name="embd",
+    )  # (B*N, d)
     scores = []
     for i in range(dims.n_text_layer):
         prefix = f"decoder/layer_{i}"
         h = _layer_norm(x, p, f"{prefix}/self_attention/layer_norm")
-        h = _self_attention(h, p, f"{prefix}/self_attention", kv_self[i], inp, n_batch, n_tok,
-                            dims.n_text_head)
+        h = _self_attention(
+            h, p, f"{prefix}/self_attention", kv_self[i], inp, n_batch, n_tok, dims.n_text_head
+        )
         x = ops.add(x, h, name=f"{prefix}/self_residual")
         h = _layer_norm(x, p, f"{prefix}/attention/layer_norm")
-        h, qk = _cross_attention(h, p, f"{prefix}/attention", kv_cross[i], n_batch, n_tok,
-                                 dims.n_text_head)
+        h, qk = _cross_attention(
+            h, p, f"{prefix}/attention", kv_cross[i], n_batch, n_tok, dims.n_text_head
+        )
         scores.append(qk)
         x = ops.add(x, h, name=f"{prefix}/cross_residual")
         x = _mlp(x, p, f"{prefix}/ffn")
@@ -228,13 +268,20 @@ def build_head(p: Params, x: Tensor, logit_rows: Tensor) -> Tensor:
     """hidden (B*N, d) -> logits (R, V) of the requested rows only (tied embeddings)."""
     x = ops.get_rows(x, logit_rows, name="logit_rows")  # (R, d)
     x = _layer_norm(x, p, "decoder/layer_norm")
-    return ops.matmul(x, p("decoder/embeddings/weight"), transpose_b=True,
-                      name="logits").set_output()  # (R, V)
+    return ops.matmul(
+        x, p("decoder/embeddings/weight"), transpose_b=True, name="logits"
+    ).set_output()  # (R, V)
 
 
-def build_decoder(p: Params, dims: Dims, inp: DecoderInputs, n_batch: int, n_tok: int,
-                  kv_self: list[tuple[Tensor, Tensor]], kv_cross: list[tuple[Tensor, Tensor]]
-                  ) -> Tensor:
+def build_decoder(
+    p: Params,
+    dims: Dims,
+    inp: DecoderInputs,
+    n_batch: int,
+    n_tok: int,
+    kv_self: list[tuple[Tensor, Tensor]],
+    kv_cross: list[tuple[Tensor, Tensor]],
+) -> Tensor:
     """tokens of B sequences, N new each -> logits (R, V) for the requested rows."""
     x, _ = build_decoder_trunk(p, dims, inp, n_batch, n_tok, kv_self, kv_cross)
     return build_head(p, x, inp.logit_rows)

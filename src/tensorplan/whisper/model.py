@@ -68,10 +68,19 @@ HEAD_ROWS = 32  # logits rows per run of the alignment head graph
 class WhisperModel:
     """One model, one backend, one plan per graph shape."""
 
-    def __init__(self, weights: Any, tokenizer: Any, config: Any, *, plan: str = "joint",
-                 strategy: str = "offline", max_batch: int = 5,
-                 kv_dtype: str = "float32", weights_dtype: str = "float32",
-                 backend: NumpyBackend | None = None) -> None:
+    def __init__(
+        self,
+        weights: Any,
+        tokenizer: Any,
+        config: Any,
+        *,
+        plan: str = "joint",
+        strategy: str = "offline",
+        max_batch: int = 5,
+        kv_dtype: str = "float32",
+        weights_dtype: str = "float32",
+        backend: NumpyBackend | None = None,
+    ) -> None:
         self.weights, self.tokenizer, self.config = weights, tokenizer, config
         self.dims = _dims(weights.dims)
         self.is_multilingual = bool(getattr(tokenizer, "is_multilingual", False))
@@ -92,8 +101,12 @@ class WhisperModel:
         t = self._params.get(name)
         if t is None:
             arr = self.weights.get(name)
-            keep = (self.weights_dtype == "float16" and name.startswith("encoder/")
-                    and name.endswith("/weight") and arr.ndim >= 2)  # matrices only
+            keep = (
+                self.weights_dtype == "float16"
+                and name.startswith("encoder/")
+                and name.endswith("/weight")
+                and arr.ndim >= 2
+            )  # matrices only
             arr = np.array(arr, dtype=arr.dtype if keep else np.float32, order="C")
             self.weights.model.release(name)
             t = self._params[name] = self.backend.param(arr, name)
@@ -102,9 +115,13 @@ class WhisperModel:
     def _make_kv_self(self, n_batch: int) -> list[tuple[Tensor, Tensor]]:
         rows, d = n_batch * self.dims.n_text_ctx, self.dims.n_text_state
         kv = dt.dtype(self.kv_dtype)
-        return [(self.backend.persistent((rows, d), kv, f"kv_self.k{i}"),
-                 self.backend.persistent((rows, d), kv, f"kv_self.v{i}"))
-                for i in range(self.dims.n_text_layer)]
+        return [
+            (
+                self.backend.persistent((rows, d), kv, f"kv_self.k{i}"),
+                self.backend.persistent((rows, d), kv, f"kv_self.v{i}"),
+            )
+            for i in range(self.dims.n_text_layer)
+        ]
 
     # ---- graphs -------------------------------------------------------------------------
     def _build(self) -> None:
@@ -145,18 +162,24 @@ class WhisperModel:
             return
         inp = graphs.decoder_inputs(n_batch, n_tok, n_rows, self.dims.n_text_ctx)
         cross = [(ops.ref(k), ops.ref(v)) for k, v in self.kv_cross]
-        logits = graphs.build_decoder(self.param, self.dims, inp, n_batch, n_tok, self.kv_self,
-                                      cross)
+        logits = graphs.build_decoder(
+            self.param, self.dims, inp, n_batch, n_tok, self.kv_self, cross
+        )
         self.decoders[key] = DecoderGraph(n_batch, n_tok, n_rows, inp, logits)
         self.pipeline.add(f"decoder[b{n_batch},n{n_tok},r{n_rows}]", [logits], group="decoder")
 
     def decoder(self, n_batch: int, n_tok: int, n_rows: int) -> DecoderGraph:
         """The smallest planned decoder graph that fits (n_batch, n_tok, n_rows)."""
-        fits = [g for (b, n, r), g in self.decoders.items()
-                if b >= n_batch and n >= n_tok and r >= n_rows]
+        fits = [
+            g
+            for (b, n, r), g in self.decoders.items()
+            if b >= n_batch and n >= n_tok and r >= n_rows
+        ]
         if not fits:
-            raise ValueError(f"no decoder graph for batch {n_batch}, {n_tok} tokens, "
-                             f"{n_rows} rows (max batch {self.max_batch})")
+            raise ValueError(
+                f"no decoder graph for batch {n_batch}, {n_tok} tokens, "
+                f"{n_rows} rows (max batch {self.max_batch})"
+            )
         return min(fits, key=lambda g: (g.n_batch, g.n_tok, g.n_rows))
 
     # ---- running ------------------------------------------------------------------------
@@ -170,8 +193,15 @@ class WhisperModel:
         stage = self.pipeline.stages["encoder"].graph
         return self.backend.get(stage.outputs[0])
 
-    def run_decoder(self, g: DecoderGraph, tokens: np.ndarray, positions: np.ndarray,
-                    batch_rows: np.ndarray, n_ctx: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    def run_decoder(
+        self,
+        g: DecoderGraph,
+        tokens: np.ndarray,
+        positions: np.ndarray,
+        batch_rows: np.ndarray,
+        n_ctx: np.ndarray,
+        rows: np.ndarray,
+    ) -> np.ndarray:
         """Feed tokens (B, N) at positions (B, N); batch_rows (B,) selects KV slots;
         n_ctx (B,) valid cache length after this call; rows: flat row ids for logits."""
         b, n = tokens.shape
@@ -192,8 +222,10 @@ class WhisperModel:
         be = self.backend
         self._set_inputs(inp, tok, pos, kv_rows, mask)
         flat = np.asarray(rows, dtype=np.int32)
-        be.set(inp.logit_rows, np.concatenate(
-            [flat, np.repeat(flat[-1:], g.n_rows - len(flat))]).astype(np.int32))
+        be.set(
+            inp.logit_rows,
+            np.concatenate([flat, np.repeat(flat[-1:], g.n_rows - len(flat))]).astype(np.int32),
+        )
         be.compute(self.pipeline.stages[_stage_name(g)].graph)
         return be.get(g.logits)[: len(flat)]
 
@@ -213,19 +245,24 @@ class WhisperModel:
             bucket = next(b for b in PROMPT_BUCKETS if b >= len(part))
             g = self._align_graph(bucket)
             pos = np.arange(start, start + len(part))[None, :]
-            self.run_decoder_graph(g.inputs, g.n_tok, 1, g.graph, np.asarray(part)[None, :],
-                                   pos, [0])
+            self.run_decoder_graph(
+                g.inputs, g.n_tok, 1, g.graph, np.asarray(part)[None, :], pos, [0]
+            )
             scores.append(np.stack([self.backend.get(h)[: len(part)] for h in g.heads]))
             local = [r - start for r in want if start <= r < start + len(part)]
             for s in range(0, len(local), HEAD_ROWS):
                 ids = local[s : s + HEAD_ROWS]
-                self.backend.set(g.head_rows, np.array(
-                    ids + [ids[-1]] * (HEAD_ROWS - len(ids)), dtype=np.int32))
+                self.backend.set(
+                    g.head_rows, np.array(ids + [ids[-1]] * (HEAD_ROWS - len(ids)), dtype=np.int32)
+                )
                 self.backend.compute(g.head_graph)
                 logits.append(self.backend.get(g.logits)[: len(ids)])
         by_row = dict(zip(want, np.concatenate(logits) if logits else [], strict=True))
-        out = (np.stack([by_row[r] for r in rows]) if len(rows)
-               else np.zeros((0, self.dims.n_vocab), np.float32))
+        out = (
+            np.stack([by_row[r] for r in rows])
+            if len(rows)
+            else np.zeros((0, self.dims.n_vocab), np.float32)
+        )
         return Alignment(np.concatenate(scores, axis=1) * np.float32(scale), out)
 
     def _align_graph(self, n_tok: int) -> AlignGraph:
@@ -234,8 +271,9 @@ class WhisperModel:
             return cache[n_tok]
         inp = graphs.decoder_inputs(1, n_tok, 1, self.dims.n_text_ctx)
         cross = [(ops.ref(k), ops.ref(v)) for k, v in self.kv_cross]
-        hidden, scores = graphs.build_decoder_trunk(self.param, self.dims, inp, 1, n_tok,
-                                                    self.kv_self, cross)
+        hidden, scores = graphs.build_decoder_trunk(
+            self.param, self.dims, inp, 1, n_tok, self.kv_self, cross
+        )
         hidden.set_output()
         heads = []
         n_audio = self.dims.n_audio_ctx
@@ -252,9 +290,16 @@ class WhisperModel:
         cache[n_tok] = AlignGraph(n_tok, inp, hidden, heads, graph, rows, logits, head_graph)
         return cache[n_tok]
 
-    def run_decoder_graph(self, inp: graphs.DecoderInputs, gn: int, gb: int, graph: Graph,
-                          tokens: np.ndarray, positions: np.ndarray,
-                          batch_rows: Sequence[int]) -> None:
+    def run_decoder_graph(
+        self,
+        inp: graphs.DecoderInputs,
+        gn: int,
+        gb: int,
+        graph: Graph,
+        tokens: np.ndarray,
+        positions: np.ndarray,
+        batch_rows: Sequence[int],
+    ) -> None:
         """Run a batch-1 decoder trunk graph over tokens (1, n) padded to gn."""
         n = tokens.shape[1]
         pad = gn - n
@@ -267,8 +312,14 @@ class WhisperModel:
         self._set_inputs(inp, tok, pos, kv_rows, mask[:, None].astype(np.float32))
         self.backend.compute(graph)
 
-    def _set_inputs(self, inp: graphs.DecoderInputs, tok: np.ndarray, pos: np.ndarray,
-                    kv_rows: np.ndarray, mask: np.ndarray) -> None:
+    def _set_inputs(
+        self,
+        inp: graphs.DecoderInputs,
+        tok: np.ndarray,
+        pos: np.ndarray,
+        kv_rows: np.ndarray,
+        mask: np.ndarray,
+    ) -> None:
         be = self.backend
         be.set(inp.tokens, tok.reshape(-1).astype(np.int32))
         be.set(inp.positions, pos.reshape(-1).astype(np.int32))
