@@ -138,9 +138,8 @@ class Tensor:
     def place(self, buffer: Buffer, offset: int, by: object | None = None) -> None:
         end = offset + self.nbytes
         if offset < 0 or end > buffer.size:
-            raise ValueError(
-                f"tensor {self.name or '?'} [{offset}, {end}) does not fit a buffer of {buffer.size} B"
-            )
+            name = self.name or "?"
+            raise ValueError(f"tensor {name} [{offset}, {end}) does not fit a {buffer.size} B buffer")
         self.buffer, self.offset, self.placed_by = buffer, offset, by
 
     def unplace(self) -> None:
