@@ -139,7 +139,7 @@ class Tensor:
         end = offset + self.nbytes
         if offset < 0 or end > buffer.size:
             name = self.name or "?"
-            raise ValueError(f"tensor {name} [{offset}, {end}) does not fit a {buffer.size} B buffer")
+            raise ValueError(f"tensor {name} [{offset}, {end}) fits no {buffer.size} B buffer")
         self.buffer, self.offset, self.placed_by = buffer, offset, by
 
     def unplace(self) -> None:
