@@ -74,6 +74,7 @@ class WindowSegments:
     segments: tuple[Segment, ...]
     next_seek: int
     single_timestamp_ending: bool  # no speech after the last timestamp: seek a whole window
+    content_frames: int  # frames of audio in the whole input: where the loop stops
 
 
 class Aligner(Protocol):
@@ -256,7 +257,8 @@ class SeekLoop:
             segments = [self.segment(window, result, at(p[0]), at(p[-1]), p) for p in pieces]
             next_seek = window.seek + (window.n_frames if single_ending else
                                        (tokens[cuts[-1] - 1] - ts_begin) * input_stride)
-        return WindowSegments(window, result, tuple(segments), next_seek, single_ending)
+        return WindowSegments(window, result, tuple(segments), next_seek, single_ending,
+                              self.content_frames)
 
     def segment(self, window: Window, result: DecodingResult, start: float, end: float,
                 tokens: Sequence[int]) -> Segment:
