@@ -1,0 +1,252 @@
+"""Offline packing of known lifetimes on plain ints: (start, end, size) -> (chunk, offset).
+
+Every interval is known before any is placed (inclusive [start, end], sizes already
+aligned). A greedy pass takes items in some order and puts each at the lowest offset, or
+in the smallest gap, where it overlaps no placed item live at the same time. Several
+orders are tried (longest first, largest first, largest area first, earliest first), the
+best is kept, then a hill climb moves items that set the peak earlier in the order. Any
+result equal to the lower bound (the peak of live bytes) ends the search: it is optimal.
+
+Overlap lookups go through time buckets: a placed item is listed in every bucket its
+interval touches, and a query counts each item once, at the first bucket both share.
+
+Determinism: the budget buys a number of greedy passes through a fixed cost model (work
+units counted by the first pass), never a clock reading, so the result depends only on the
+input and the budget. The time actually spent tracks the budget only roughly.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from tensorplan.alloc.plan import UNLIMITED
+
+DEFAULT_BUDGET_S = 0.05
+UNIT_S = 0.15e-6  # cost model: seconds per work unit (an item looked at during a pass)
+MAX_PASSES = 200  # so a tiny problem that misses the bound still returns at once
+
+Span = tuple[int, int, int, int, int]  # (start, end, first bucket, offset, offset + size)
+
+
+@dataclass(frozen=True, slots=True)
+class Packed:
+    offsets: list[int]
+    chunks: list[int]  # chunk index per item
+    chunk_sizes: list[int]
+
+    @property
+    def total(self) -> int:
+        return sum(self.chunk_sizes)
+
+    def key(self) -> tuple[int, int]:
+        return self.total, len(self.chunk_sizes)
+
+
+def load(lo: Sequence[int], hi: Sequence[int], size: Sequence[int]) -> int:
+    """The lower bound: max over time of the summed sizes of live items."""
+    if not size:
+        return 0
+    diff = [0] * (max(hi) + 2)
+    for s, e, z in zip(lo, hi, size, strict=True):
+        diff[s] += z
+        diff[e + 1] -= z
+    cur = peak = 0
+    for d in diff:
+        cur += d
+        if cur > peak:
+            peak = cur
+    return peak
+
+
+def compress(lo: list[int], hi: list[int]) -> tuple[list[int], list[int]]:
+    """Times renumbered 0.. keeping their order, when they are sparse (raw traces)."""
+    if not lo or (min(lo) >= 0 and max(hi) <= 4 * len(lo) + 64):
+        return lo, hi
+    rank = {t: i for i, t in enumerate(sorted(set(lo) | set(hi)))}
+    return [rank[t] for t in lo], [rank[t] for t in hi]
+
+
+def _fit(spans: list[tuple[int, int]], size: int, cap: int, best_fit: bool) -> int:
+    """Offset for `size` bytes among occupied spans (offset, top); -1 if above cap."""
+    spans.sort()
+    pos = 0
+    if best_fit:
+        best, best_gap = -1, 0
+        for a, top in spans:
+            gap = a - pos
+            if gap >= size and (best < 0 or gap <= best_gap):  # ggml's "<=": highest wins
+                best, best_gap = pos, gap
+            if top > pos:
+                pos = top
+        if best >= 0:
+            return best
+    else:
+        for a, top in spans:
+            if a - pos >= size:
+                break
+            if top > pos:
+                pos = top
+    return pos if pos + size <= cap else -1
+
+
+class _Chunk:
+    """Items placed in one chunk, each listed in every time bucket its interval touches."""
+
+    __slots__ = ("buckets", "cap", "top")
+
+    def __init__(self, n_buckets: int, cap: int) -> None:
+        self.buckets: list[list[Span] | None] = [None] * n_buckets
+        self.cap = cap
+        self.top = 0  # the chunk's size so far
+
+    def conflicts(self, s: int, e: int, b0: int, b1: int) -> tuple[list[tuple[int, int]], int]:
+        """(offset, top) of placed items live somewhere in [s, e], and the items looked at."""
+        spans: list[tuple[int, int]] = []
+        work = 0
+        for b in range(b0, b1 + 1):
+            items = self.buckets[b]
+            if items is None:
+                continue
+            work += len(items)
+            if b == b0:
+                spans += [(o, t) for (ls, le, _, o, t) in items if ls <= e and le >= s]
+            else:  # only items that begin in this bucket: each is seen once
+                spans += [(o, t) for (ls, le, f, o, t) in items if f == b and ls <= e]
+        return spans, work
+
+    def add(self, span: Span, b1: int) -> None:
+        buckets = self.buckets
+        for b in range(span[2], b1 + 1):
+            items = buckets[b]
+            if items is None:
+                buckets[b] = [span]
+            else:
+                items.append(span)
+        self.top = max(self.top, span[4])
+
+
+class _Pass:
+    """One greedy pass: items placed in a given order into chunks of `capacity` bytes."""
+
+    def __init__(self, lo: list[int], hi: list[int], size: list[int], capacity: int):
+        self.lo, self.hi, self.size, self.capacity = lo, hi, size, capacity
+        n = len(size)
+        length = sum(hi) - sum(lo) + n
+        self.width = max(1, length // max(n, 1))  # bucket width: the mean lifetime
+        self.n_buckets = (max(hi) if n else 0) // self.width + 1
+
+    def run(self, order: Sequence[int], best_fit: bool) -> tuple[Packed, int]:
+        """The packing, and the work units it cost (for the budget's cost model)."""
+        lo, hi, size, width = self.lo, self.hi, self.size, self.width
+        offsets = [0] * len(size)
+        where = [0] * len(size)
+        chunks: list[_Chunk] = []
+        work = len(size)
+        for k in order:
+            sz = size[k]
+            if sz == 0:
+                continue  # takes no bytes: offset 0 of chunk 0 overlaps nothing
+            s, e = lo[k], hi[k]
+            b0, b1 = s // width, e // width
+            c = pos = -1
+            while pos < 0:
+                c += 1
+                if c == len(chunks):
+                    chunks.append(_Chunk(self.n_buckets, max(self.capacity, sz)))
+                chunk = chunks[c]
+                if sz <= chunk.cap:
+                    spans, w = chunk.conflicts(s, e, b0, b1)
+                    work += w
+                    pos = _fit(spans, sz, chunk.cap, best_fit)
+            chunk.add((s, e, b0, pos, pos + sz), b1)
+            offsets[k], where[k] = pos, c
+        return Packed(offsets, where, [ch.top for ch in chunks] or [0]), work
+
+
+def _orders(lo: list[int], hi: list[int], size: list[int]) -> list[Callable[[], list[int]]]:
+    """Candidate orders, best first on model graphs: longest-lived first (then largest),
+    largest first (then earliest), largest area, earliest first. Ties keep input order, so
+    the last order with best fit replays ggml-alloc's online choices."""
+    n = len(size)
+    span = max(hi) + 2 if n else 1
+    biggest = max(size, default=0) + 1
+
+    def by(keys: list[int]) -> list[int]:
+        return sorted(range(n), key=keys.__getitem__)
+
+    def length(k: int) -> int:
+        return hi[k] - lo[k] + 1
+
+    return [
+        lambda: by([-length(k) * biggest - size[k] for k in range(n)]),
+        lambda: by([-z * span + s for z, s in zip(size, lo, strict=True)]),
+        lambda: by([-size[k] * length(k) for k in range(n)]),
+        lambda: list(range(n)) if lo == sorted(lo) else by(lo),
+    ]
+
+
+def solve(
+    lo: list[int],
+    hi: list[int],
+    size: list[int],
+    capacity: int = UNLIMITED,
+    budget_s: float = DEFAULT_BUDGET_S,
+) -> Packed:
+    """Offsets for items live over inclusive [lo, hi] with aligned sizes, in chunks of at
+    most `capacity` bytes (an item bigger than that gets a chunk of its own size)."""
+    if not size:
+        return Packed([], [], [0])
+    lo, hi = compress(lo, hi)
+    bound = load(lo, hi, size)
+    runner = _Pass(lo, hi, size, capacity)
+    best: Packed | None = None
+    best_order: list[int] = []
+    passes = 0
+    for make in _orders(lo, hi, size):
+        order = make()
+        for best_fit in (False, True):
+            packed, work = runner.run(order, best_fit)
+            if best is None:
+                passes = min(MAX_PASSES, int(budget_s / (work * UNIT_S)))
+            else:
+                passes -= 1
+            if best is None or packed.key() < best.key():
+                best, best_order = packed, order
+            if _optimal(best, bound) or passes <= 0:
+                return best
+    assert best is not None
+    return _climb(runner, best, best_order, bound, passes)
+
+
+def _optimal(p: Packed, bound: int) -> bool:
+    return len(p.chunk_sizes) == 1 and p.total <= bound
+
+
+def _climb(runner: _Pass, best: Packed, order: list[int], bound: int, passes: int) -> Packed:
+    """Hill climb on the order: move an item that sets the peak earlier (or swap two),
+    keep the move unless the result got worse. Seeded, so deterministic."""
+    rng = random.Random(len(order))
+    peak_chunk = max(range(len(best.chunk_sizes)), key=best.chunk_sizes.__getitem__)
+    for _ in range(passes):
+        top = best.chunk_sizes[peak_chunk]
+        critical = [
+            k
+            for k in order
+            if best.chunks[k] == peak_chunk and best.offsets[k] + runner.size[k] == top
+        ]
+        new = list(order)
+        i = order.index(rng.choice(critical)) if critical else 0
+        if i > 0 and rng.random() < 0.75:
+            new.insert(rng.randrange(i), new.pop(i))
+        elif len(new) > 1:
+            a, b = rng.randrange(len(new)), rng.randrange(len(new))
+            new[a], new[b] = new[b], new[a]
+        packed, _ = runner.run(new, False)
+        if packed.key() <= best.key():
+            best, order = packed, new
+            peak_chunk = max(range(len(best.chunk_sizes)), key=best.chunk_sizes.__getitem__)
+            if _optimal(best, bound):
+                break
+    return best

@@ -1,0 +1,102 @@
+"""`plan_graph`: a pure function from a graph to a Plan, with either strategy.
+
+Both strategies share the liveness analysis for the lower bound; `offline` also places its
+blocks (one packing per buffer id), `ggml` replays ggml-alloc's online rules instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from types import MappingProxyType
+
+from tensorplan.alloc import ggml
+from tensorplan.alloc.liveness import Liveness, analyze
+from tensorplan.alloc.offline import DEFAULT_BUDGET_S, solve
+from tensorplan.alloc.plan import (
+    STRATEGIES,
+    BufferSpec,
+    Placement,
+    Plan,
+    SizedBufferType,
+    buffer_specs,
+)
+from tensorplan.graph import Graph
+from tensorplan.tensor import Tensor
+
+log = logging.getLogger("tensorplan.alloc")
+trace = logging.getLogger("tensorplan.alloc.trace")  # one line per in-place decision
+
+
+def plan_graph(
+    graph: Graph,
+    buffer_types: Sequence[SizedBufferType | int] | int,
+    strategy: str = "offline",
+    budget_s: float = DEFAULT_BUDGET_S,
+    owner: object | None = None,
+) -> Plan:
+    """Plan `graph` for buffer types (or bare alignments). Reads tensors, changes none.
+
+    `owner` is the allocator on whose behalf to plan: tensors it placed earlier are planned
+    again; tensors placed by anyone else are external. Raises PlanError for a tensor whose
+    buffer id has no buffer type or a node reading a tensor outside the graph."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; choose from {STRATEGIES}")
+    specs = buffer_specs(buffer_types)
+    t0 = time.perf_counter()
+    live = analyze(graph, specs, owner)
+    if strategy == "offline":
+        placed, chunk_sizes = _pack_blocks(live, specs, budget_s)
+        inplace = dict(live.inplace)
+    else:
+        placed, chunk_sizes, inplace = ggml.simulate(graph, specs, owner)
+    plan = Plan(
+        strategy=strategy,
+        specs=specs,
+        placements=MappingProxyType(placed),
+        chunk_sizes=chunk_sizes,
+        lower_bound=tuple(live.lower_bound(len(specs))),
+        inplace=MappingProxyType(inplace),
+        owner=owner,
+    )
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("%s in %.1f ms", plan.summary(), (time.perf_counter() - t0) * 1e3)
+    if trace.isEnabledFor(logging.DEBUG):
+        _trace_inplace(live, plan)
+    return plan
+
+
+def _pack_blocks(
+    live: Liveness, specs: Sequence[BufferSpec], budget_s: float
+) -> tuple[dict[Tensor, Placement], tuple[tuple[int, ...], ...]]:
+    """Offline packing of each buffer id's blocks; every tensor of a block shares its spot."""
+    placed: dict[Tensor, Placement] = {}
+    chunk_sizes: list[tuple[int, ...]] = []
+    used = {b.buffer_id for b in live.blocks}
+    for bid, spec in enumerate(specs):
+        blocks = [b for b in live.blocks if b.buffer_id == bid]
+        packed = solve(
+            [b.start for b in blocks],
+            [b.end for b in blocks],
+            [b.size for b in blocks],
+            capacity=spec.max_size,
+            budget_s=budget_s / max(len(used), 1),
+        )
+        chunk_sizes.append(tuple(packed.chunk_sizes))
+        for b, off, chunk in zip(blocks, packed.offsets, packed.chunks, strict=True):
+            p = Placement(bid, chunk, off, b.size)
+            for t in b.tensors:
+                placed[t] = p
+    return placed, tuple(chunk_sizes)
+
+
+def _trace_inplace(live: Liveness, plan: Plan) -> None:
+    for node, parent in plan.inplace.items():
+        trace.debug("%s: in place over %s", node.name or node, parent.name or parent)
+    if plan.strategy != "offline":
+        return  # the refusals below are the offline rule's, not ggml's
+    for node, refused in live.refusals.items():
+        for candidate, reason in refused:
+            over = "" if candidate is None else f" over {candidate.name or candidate}"
+            trace.debug("%s: not in place%s: %s", node.name or node, over, reason)

@@ -1,0 +1,138 @@
+"""Lifetime traces as CSV: `id,lower,upper,size` rows in, `id,offset` rows out.
+
+Rows are parsed one at a time (a million-row trace is never held as text). Row numbers in
+errors are file line numbers, the header being row 1. The text is UTF-8, with or without a
+byte-order mark (as spreadsheets save it); numbers are ASCII decimal integers that fit in 64
+bits. Offsets are written to a temporary file beside the target and renamed over it, so a
+reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import os
+import re
+import tempfile
+from collections.abc import Hashable, Iterator, Mapping
+from pathlib import Path
+
+from tensorplan.errors import TraceError
+
+COLUMNS = ("id", "lower", "upper", "size")
+_INTEGER = re.compile(r"\s*[+-]?[0-9]+\s*")  # not int()'s "1_000" or non-ASCII digits
+_INT64 = range(-(1 << 63), 1 << 63)
+
+
+def read_trace(path: str | os.PathLike[str]) -> Iterator[tuple[str, int, int, int]]:
+    """Yield (id, lower, upper, size) per row, upper exclusive. Raises TraceError naming
+    the row for a missing column, a non-integer, a negative size, upper <= lower, a
+    repeated id, or a trace with no rows."""
+    try:
+        f = open(path, newline="", encoding="utf-8-sig")  # closed by the with below
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read: {e.strerror}") from None
+    with f:
+        rows = csv.reader(f)
+        try:
+            header = next(rows, None)
+            if header is None:
+                raise TraceError(f"{path}: empty trace (no header)")
+            cols = _columns(path, header)
+            seen: dict[str, int] = {}
+            for row in rows:
+                if not row:
+                    continue  # a blank line
+                yield _parse(path, rows.line_num, row, cols, seen)
+        except UnicodeDecodeError:
+            raise TraceError(f"{path}: {_where_not_utf8(path)}: not UTF-8 text") from None
+        except csv.Error as e:  # e.g. a field over csv's 128 KiB limit (an unclosed quote)
+            raise TraceError(f"{path}: row {rows.line_num}: malformed CSV ({e})") from None
+        except OSError as e:
+            raise TraceError(f"{path}: cannot read: {e.strerror or e}") from None
+        if not seen:
+            raise TraceError(f"{path}: no intervals after the header")
+
+
+def _columns(path: str | os.PathLike[str], header: list[str]) -> tuple[int, ...]:
+    names = [h.strip().lower() for h in header]
+    missing = [c for c in COLUMNS if c not in names]
+    if missing:
+        raise TraceError(
+            f"{path}: row 1: header lacks column(s) {', '.join(missing)} "
+            f"(expected {','.join(COLUMNS)})"
+        )
+    return tuple(names.index(c) for c in COLUMNS)
+
+
+def _parse(
+    path: str | os.PathLike[str],
+    line: int,
+    row: list[str],
+    cols: tuple[int, ...],
+    seen: dict[str, int],
+) -> tuple[str, int, int, int]:
+    where = f"{path}: row {line}"
+    if len(row) <= max(cols):
+        raise TraceError(
+            f"{where}: missing column(s): expected {len(COLUMNS)} fields, got {len(row)}"
+        )
+    key = row[cols[0]].strip()
+    texts = [row[c] for c in cols[1:]]
+    if not all(_INTEGER.fullmatch(t) for t in texts):
+        values = ", ".join(f"{n}={_short(t)}" for n, t in zip(COLUMNS[1:], texts, strict=True))
+        raise TraceError(f"{where}: lower, upper and size must be integers ({values})")
+    try:
+        lower, upper, size = (int(t) for t in texts)
+    except ValueError:  # over int()'s 4300-digit limit
+        lower = upper = size = 1 << 63
+    if not all(v in _INT64 for v in (lower, upper, size)):
+        raise TraceError(f"{where}: lower, upper and size must fit in 64 bits")
+    if size < 0:
+        raise TraceError(f"{where}: negative size {size}")
+    if upper <= lower:
+        raise TraceError(f"{where}: upper ({upper}) <= lower ({lower}); upper is exclusive")
+    if key in seen:
+        raise TraceError(f"{where}: id {key!r} already used in row {seen[key]}")
+    seen[key] = line
+    return key, lower, upper, size
+
+
+def _where_not_utf8(path: str | os.PathLike[str]) -> str:
+    """The line and byte of the first invalid UTF-8 byte (the text layer decodes in chunks,
+    so the csv reader's line number is not where the error is). Streams: bounded memory."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = lines = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 16):
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError as e:
+                at = max(e.start, 0)
+                row = lines + chunk.count(b"\n", 0, at) + 1
+                return f"row {row} (byte {offset + at})"
+            offset, lines = offset + len(chunk), lines + chunk.count(b"\n")
+    return f"byte {offset}"  # cut inside a multi-byte character at the end
+
+
+def _short(text: str, limit: int = 24) -> str:
+    """repr of a field, cut so one bad value cannot flood the error line."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + "..."
+
+
+def write_offsets(path: str | os.PathLike[str], offsets: Mapping[Hashable, int]) -> None:
+    """Write `id,offset` rows atomically (temp file in the same folder, then rename)."""
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
+            out = csv.writer(f, lineterminator="\n")
+            out.writerow(("id", "offset"))
+            out.writerows(offsets.items())
+            f.flush()
+            os.fsync(f.fileno())  # durable before the rename makes it visible
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; an output file should not be
+        os.replace(tmp, target)
+    except BaseException:
+        os.unlink(tmp)
+        raise

@@ -1,0 +1,136 @@
+"""The offline packer on plain ints, and the offline strategy on model graphs."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from tensorplan.alloc import lower_bound, plan_graph, verify
+from tensorplan.alloc.offline import Packed, load, solve
+from tensorplan.graph import Graph
+
+from . import models
+
+
+def overlaps(p: Packed, lo: list[int], hi: list[int], size: list[int]) -> list[tuple[int, int]]:
+    bad = []
+    for i in range(len(size)):
+        for j in range(i + 1, len(size)):
+            same_time = lo[i] <= hi[j] and lo[j] <= hi[i]
+            same_bytes = (
+                p.offsets[i] < p.offsets[j] + size[j] and p.offsets[j] < p.offsets[i] + size[i]
+            )
+            if p.chunks[i] == p.chunks[j] and same_time and same_bytes and size[i] and size[j]:
+                bad.append((i, j))
+    return bad
+
+
+def random_items(rng: random.Random, n: int, t: int = 40) -> tuple[list[int], list[int], list[int]]:
+    lo = [rng.randrange(t) for _ in range(n)]
+    hi = [s + rng.randrange(8) for s in lo]
+    size = [rng.choice([0, 8, 16, 24, 64, 128]) for _ in range(n)]
+    return lo, hi, size
+
+
+def test_disjoint_lifetimes_share_bytes() -> None:
+    p = solve([0, 2, 4], [1, 3, 5], [32, 32, 32])
+    assert p.offsets == [0, 0, 0] and p.chunk_sizes == [32]
+
+
+def test_overlapping_lifetimes_stack() -> None:
+    lo, hi, size = [0, 1, 3], [1, 2, 4], [16, 16, 16]  # A with B, then C alone
+    p = solve(lo, hi, size)
+    assert p.total == 32 == load(lo, hi, size)
+    assert not overlaps(p, lo, hi, size) and p.offsets[0] != p.offsets[1]
+    assert load([0, 1, 2], [2, 3, 4], [16, 16, 16]) == 48  # all three meet at step 2
+
+
+def test_capacity_splits_into_chunks() -> None:
+    lo, hi, size = [0] * 5, [3] * 5, [16, 16, 16, 16, 80]
+    p = solve(lo, hi, size, capacity=32)
+    assert not overlaps(p, lo, hi, size)
+    assert sorted(p.chunk_sizes) == [32, 32, 80]
+    for k in range(len(size)):
+        assert p.offsets[k] + size[k] <= max(32, size[k])
+
+
+def test_zero_sizes_and_empty() -> None:
+    assert solve([], [], []).chunk_sizes == [0]
+    p = solve([0, 0], [5, 5], [0, 0])
+    assert p.total == 0 and p.offsets == [0, 0]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_random_items_valid_deterministic_and_budget_helps(seed: int) -> None:
+    rng = random.Random(seed)
+    lo, hi, size = random_items(rng, rng.randrange(1, 60))
+    quick = solve(lo, hi, size, budget_s=0.0)
+    best = solve(lo, hi, size, budget_s=0.02)
+    assert not overlaps(quick, lo, hi, size) and not overlaps(best, lo, hi, size)
+    assert load(lo, hi, size) <= best.total <= quick.total
+    assert solve(lo, hi, size, budget_s=0.02) == best  # iterations, not the clock, decide
+    assert all(o % 8 == 0 for o in best.offsets)
+
+
+def test_improvement_phase_finds_something() -> None:
+    wins = 0
+    for seed in range(30):
+        rng = random.Random(1000 + seed)
+        lo, hi, size = random_items(rng, 50, t=20)
+        wins += solve(lo, hi, size, budget_s=0.05).total < solve(lo, hi, size, budget_s=0).total
+    assert wins >= 3
+
+
+def test_sparse_times_are_compressed() -> None:
+    lo, hi = [0, 10**12, 3 * 10**12], [10**12, 2 * 10**12, 4 * 10**12]
+    p = solve(lo, hi, [8, 8, 8])
+    assert p.total == 16  # the first two touch at 10**12, the third is alone
+
+
+# ---- model graphs -----------------------------------------------------------------------------
+GRAPHS = {
+    "whisper-tiny-encoder": lambda: models.whisper_encoder(),
+    "whisper-base-encoder": lambda: models.whisper_encoder(6, 512, 8),
+    "decoder": lambda: models.decoder(),
+    "decoder-one-token": lambda: models.decoder(4, 384, 6, 1),
+    "resnet": lambda: models.resnet(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GRAPHS))
+def test_model_graphs_reach_the_lower_bound(name: str) -> None:
+    graph: Graph = GRAPHS[name]()
+    plan = plan_graph(graph, [64], "offline")
+    verify(plan, graph)
+    lb = lower_bound(graph, 64)
+    assert plan.sizes == lb == list(plan.lower_bound)  # the goal: never above 1.02 x
+    ggml = plan_graph(graph, [64], "ggml")
+    verify(ggml, graph)
+    assert plan.sizes[0] <= ggml.sizes[0]
+
+
+def test_planning_time_per_tensor() -> None:
+    graph = models.whisper_encoder(40, 64, 2, 50, 8)  # ~1.8k tensors
+    n = len(graph.nodes) + len(graph.leafs)
+    plan_graph(graph, [64])
+    start = time.process_time()
+    plan_graph(graph, [64])
+    per_tensor = (time.process_time() - start) / n
+    assert per_tensor < 25e-6, f"{per_tensor * 1e6:.1f} us per tensor"  # goal 5; CI is shared
+
+
+@pytest.mark.slow
+def test_planning_scales_linearly_to_100k_tensors() -> None:
+    small = models.whisper_encoder(200, 64, 2, 50, 8)
+    big = models.whisper_encoder(2200, 64, 2, 50, 8)
+    times = []
+    for graph in (small, big):
+        start = time.process_time()
+        plan = plan_graph(graph, [64])
+        times.append((time.process_time() - start) / (len(graph.nodes) + len(graph.leafs)))
+        assert plan.sizes == list(plan.lower_bound)
+    assert len(big.nodes) + len(big.leafs) > 100_000
+    assert times[1] < 2.5 * times[0], times  # per-tensor cost does not grow with size
+    assert times[1] < 25e-6, times
