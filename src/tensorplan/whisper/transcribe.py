@@ -262,6 +262,10 @@ class SeekLoop:
 
     def segment(self, window: Window, result: DecodingResult, start: float, end: float,
                 tokens: Sequence[int]) -> Segment:
+        # A timestamp token may point past the audio in the last window (the model sees
+        # zero padding there); no segment may end after the audio it transcribes.
+        limit = window.time_offset + window.duration
+        start, end = min(start, limit), min(end, limit)
         return Segment(id=-1, seek=window.seek, start=start, end=end,
                        text=self.tokenizer.decode(tokens), tokens=tuple(tokens),
                        temperature=result.temperature, avg_logprob=result.avg_logprob,
