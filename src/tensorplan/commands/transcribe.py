@@ -1,4 +1,11 @@
-"""`tensorplan transcribe AUDIO...`: print segments as they come, write output files."""
+"""`tensorplan transcribe AUDIO...`: print segments as they come, write output files.
+
+Batch mode (tensorplan.batch: resumable through a manifest in OUT, files retried once, longest
+first) runs when --workers or --ray is given, when an argument is a directory, or when several
+files go to an --output-dir; it needs --output-dir. Without --workers/--ray it uses one model
+in this process. One file, or several without --output-dir, take the plain path below, which
+prints segments as they are decoded.
+"""
 
 from __future__ import annotations
 
@@ -14,26 +21,98 @@ from tensorplan.pipeline import PLAN_MODES
 def register(sub: Any) -> None:
     from tensorplan.whisper.options import TranscribeOptions, add_arguments
 
-    p = sub.add_parser("transcribe", help="transcribe audio files",
-                       description="Transcribe audio files with Whisper on the planned runtime.")
-    p.add_argument("audio", nargs="+", help="audio files (any format ffmpeg reads)")
-    p.add_argument("--model", default="tiny.en",
-                   help="tiny.en (bundled), base, small, or a CTranslate2 model directory")
-    p.add_argument("--output-dir", "-o", type=Path, default=None,
-                   help="write output files here (default: none; '.' when --output-format "
-                        "is given)")
-    p.add_argument("--output-format", "-f", default=None,
-                   help="comma list of txt,vtt,srt,tsv,json or 'all' (default: all when "
-                        "--output-dir is given)")
-    p.add_argument("--plan", choices=PLAN_MODES, default="joint",
-                   help="how tensors handed between graphs stay alive (default: joint, the "
-                        "leanest measured)")
-    p.add_argument("--strategy", choices=("offline", "ggml"), default="offline",
-                   help="memory planning strategy")
-    p.add_argument("--verbose", action=argparse.BooleanOptionalAction, default=True,
-                   help="print each segment as it is decoded")
+    p = sub.add_parser(
+        "transcribe",
+        help="transcribe audio files",
+        description="Transcribe audio files with Whisper on the planned runtime.",
+    )
+    p.add_argument(
+        "audio",
+        nargs="+",
+        help="audio files (any format ffmpeg reads) or directories (searched "
+        "recursively for .wav .flac .mp3 .m4a .mp4 .ogg .opus .webm .mkv .aac)",
+    )
+    p.add_argument(
+        "--model",
+        default="tiny.en",
+        help="tiny.en (bundled), base, small, or a CTranslate2 model directory",
+    )
+    p.add_argument(
+        "--output-dir",
+        "-o",
+        type=Path,
+        default=None,
+        help="write output files here (default: none; '.' when --output-format is given)",
+    )
+    p.add_argument(
+        "--output-format",
+        "-f",
+        default=None,
+        help="comma list of txt,vtt,srt,tsv,json or 'all' (default: all when "
+        "--output-dir is given)",
+    )
+    p.add_argument(
+        "--plan",
+        choices=PLAN_MODES,
+        default="joint",
+        help="how tensors handed between graphs stay alive (default: joint, the leanest measured)",
+    )
+    p.add_argument(
+        "--strategy",
+        choices=("offline", "ggml"),
+        default="offline",
+        help="memory planning strategy",
+    )
+    p.add_argument(
+        "--verbose",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="print each segment as it is decoded",
+    )
+    _add_batch_arguments(
+        p.add_argument_group(
+            "many files", "resumable batches: a manifest in --output-dir records what is done"
+        )
+    )
     add_arguments(p.add_argument_group("decoding"), TranscribeOptions)
     p.set_defaults(func=run)
+
+
+def _add_batch_arguments(group: Any) -> None:
+    group.add_argument(
+        "--workers",
+        "-j",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="transcribe in N worker processes, one model each (with --ray: N "
+        "actors; default there: the cluster's CPUs / --cpus-per-worker)",
+    )
+    group.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        default=None,
+        help="run the workers as Ray actors: 'local' starts Ray here, 'auto' "
+        "joins this node's cluster, HOST:6379 names a cluster's head",
+    )
+    group.add_argument(
+        "--cpus-per-worker",
+        type=_positive_int,
+        default=None,
+        metavar="K",
+        help="BLAS threads per worker, and CPUs each Ray actor reserves "
+        "(default: cores / workers locally, 1 with --ray)",
+    )
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,19 +121,26 @@ def run(args: argparse.Namespace) -> int:
     from tensorplan.whisper.writers import parse_formats, write_outputs
 
     options = from_args(TranscribeOptions, args)
+    if _is_batch(args):
+        return run_batch_command(args, options)
     formats: tuple[str, ...] = ()
     out_dir = args.output_dir
     if args.output_format is not None or out_dir is not None:
         formats = parse_formats(args.output_format or "all")
         out_dir = out_dir or Path(".")
     paths = [Path(a) for a in args.audio]
-    model = load_model(args.model, plan=args.plan, strategy=args.strategy,
-                       max_batch=max(options.beam_size or 1, options.best_of or 1))
+    model = load_model(
+        args.model,
+        plan=args.plan,
+        strategy=args.strategy,
+        max_batch=max(options.beam_size or 1, options.best_of or 1),
+    )
     failed = 0
     for path in paths:
         try:
-            result = model.transcribe(path, options, on_segment=_printer(args.verbose),
-                                      progress=_progress_bar(path))
+            result = model.transcribe(
+                path, options, on_segment=_printer(args.verbose), progress=_progress_bar(path)
+            )
         except UserError as e:
             if len(paths) == 1:
                 raise
@@ -66,6 +152,61 @@ def run(args: argparse.Namespace) -> int:
         if formats:
             write_outputs(result, path, out_dir, formats)
     return 2 if failed else 0
+
+
+def _is_batch(args: argparse.Namespace) -> bool:
+    return (
+        args.workers is not None
+        or args.ray is not None
+        or any(Path(a).is_dir() for a in args.audio)
+        or (len(args.audio) > 1 and args.output_dir is not None)
+    )
+
+
+def run_batch_command(args: argparse.Namespace, options: Any) -> int:
+    """Batch mode: every input to --output-dir through a pool; 2 if any file failed."""
+    from tensorplan import batch
+    from tensorplan.whisper.writers import parse_formats
+
+    if args.output_dir is None:
+        raise UserError("--output-dir is needed with --workers, --ray or a directory of audio")
+    formats = parse_formats(args.output_format or "all")
+    inputs = batch.collect_inputs(args.audio)
+    spec = batch.ModelSpec(
+        args.model,
+        plan=args.plan,
+        strategy=args.strategy,
+        max_batch=max(options.beam_size or 1, options.best_of or 1),
+    )
+
+    def make_pool(n_files: int) -> batch.Pool:
+        if args.ray is not None:
+            from tensorplan.batch.ray_pool import RayPool
+
+            return RayPool(
+                spec,
+                options,
+                args.ray,
+                n_workers=args.workers,
+                cpus_per_worker=args.cpus_per_worker or 1,
+                max_workers=n_files,
+            )
+        if args.workers is not None:
+            n_workers = min(args.workers, n_files)
+            return batch.LocalPool(spec, options, n_workers, threads=args.cpus_per_worker)
+        return batch.InProcessPool(spec, options)
+
+    report = batch.run_batch(
+        inputs,
+        args.output_dir,
+        formats,
+        spec=spec,
+        options=options,
+        make_pool=make_pool,
+        verbose=args.verbose,
+    )
+    print(f"tensorplan: {report.summary()}", file=sys.stderr)
+    return report.exit_code
 
 
 def _printer(verbose: bool) -> Any:
