@@ -19,6 +19,8 @@ _state: dict[str, Any] = {}
 def _blas() -> Any:
     if "lib" not in _state:
         _state["lib"] = None
+        if os.environ.get("TENSORPLAN_BLAS_AUTO", "1") == "0":  # leave BLAS as configured
+            return None
         try:
             from threadpoolctl import ThreadpoolController
 
@@ -34,8 +36,6 @@ def _blas() -> Any:
 
 def for_product(macs: int) -> None:
     """Set the BLAS thread count for a product of `macs` multiply-adds (cheap: 1 µs)."""
-    if os.environ.get("TENSORPLAN_BLAS_AUTO", "1") == "0":
-        return
     lib = _blas()
     if lib is None:
         return

@@ -114,6 +114,8 @@ class ModelSpec:
     plan: str = "joint"
     strategy: str = "offline"
     max_batch: int = 5
+    kv_dtype: str = "float32"
+    weights_dtype: str = "float32"
     # None: tensorplan.whisper.api.load_model. Tests put a module-level fake here; it must
     # return an object with `transcribe(samples, options) -> TranscriptionResult`.
     loader: Callable[[ModelSpec], Any] | None = None
@@ -124,7 +126,8 @@ class ModelSpec:
         from tensorplan.whisper.api import load_model
 
         return load_model(self.name, plan=self.plan, strategy=self.strategy,
-                          max_batch=self.max_batch)
+                          max_batch=self.max_batch, kv_dtype=self.kv_dtype,
+                          weights_dtype=self.weights_dtype)
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,6 +64,18 @@ def register(sub: Any) -> None:
         help="memory planning strategy",
     )
     p.add_argument(
+        "--kv-dtype",
+        choices=("float32", "float16"),
+        default="float32",
+        help="KV cache precision (float16 halves the caches)",
+    )
+    p.add_argument(
+        "--weights-dtype",
+        choices=("float32", "float16"),
+        default="float32",
+        help="float16 keeps the encoder's weight matrices as stored (less memory, slower)",
+    )
+    p.add_argument(
         "--verbose",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -133,7 +145,9 @@ def run(args: argparse.Namespace) -> int:
         args.model,
         plan=args.plan,
         strategy=args.strategy,
-        max_batch=max(options.beam_size or 1, options.best_of or 1),
+        max_batch=max_batch(options),
+        kv_dtype=args.kv_dtype,
+        weights_dtype=args.weights_dtype,
     )
     failed = 0
     for path in paths:
@@ -176,7 +190,9 @@ def run_batch_command(args: argparse.Namespace, options: Any) -> int:
         args.model,
         plan=args.plan,
         strategy=args.strategy,
-        max_batch=max(options.beam_size or 1, options.best_of or 1),
+        max_batch=max_batch(options),
+        kv_dtype=args.kv_dtype,
+        weights_dtype=args.weights_dtype,
     )
 
     def make_pool(n_files: int) -> batch.Pool:
@@ -237,3 +253,13 @@ def _progress_bar(path: Path) -> Any:
             b.close()
 
     return progress
+
+
+def max_batch(options: Any) -> int:
+    """Sequences decoded together: the beams at temperature 0, the best-of samples above;
+    it sizes the KV cache, so a greedy run without fallback keeps one sequence's worth."""
+    temps = options.temperature
+    temps = temps if isinstance(temps, tuple | list) else (temps,)
+    beams = (options.beam_size or 1) if any(t == 0 for t in temps) else 1
+    samples = (options.best_of or 1) if any(t > 0 for t in temps) else 1
+    return max(beams, samples)
