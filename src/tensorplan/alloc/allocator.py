@@ -12,7 +12,7 @@
     >>> y = ops.gelu(ops.add(x, x)).set_output()
     >>> galloc = GraphAllocator([Cpu()])
     >>> g = Graph.build(y)
-    >>> galloc.reserve(g)          # worst case first: sizes only, nothing bound
+    >>> galloc.reserve(g)          # plan only: sizes per buffer type, nothing bound
     [2048]
     >>> galloc.alloc_graph(g)      # buffers made, every planned tensor bound
     True
@@ -83,7 +83,12 @@ def fingerprint(graph: Graph, owner: object | None) -> Fingerprint:
 
 
 class GraphAllocator:
-    """Plans graphs for a list of buffer types (a tensor picks one by `buffer_id`)."""
+    """Plans graphs for a list of buffer types (a tensor picks one by `buffer_id`).
+
+    `strategy` is "offline" (default) or "ggml". `budget_s` bounds offline's improvement
+    phase; it is turned into a number of passes by a fixed cost model, so plans never
+    depend on the clock. Buffer ids share no memory, even when they use the same type.
+    """
 
     def __init__(
         self,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from tensorplan.alloc.freelist import align_up
 from tensorplan.alloc.plan import BufferSpec, PlanError
@@ -51,12 +52,14 @@ def owns(t: Tensor, owner: object | None) -> bool:
     return t.buffer is None or (owner is not None and t.placed_by is owner)
 
 
-@dataclass(frozen=True, slots=True)
-class Block:
+class Block(NamedTuple):
+    """A run of bytes: a NamedTuple, not a frozen dataclass, as there is one per planned
+    tensor and building a tuple costs a third as much."""
+
     tensors: tuple[Tensor, ...]  # the root, then each node that took its bytes in place
     buffer_id: int
     start: int
-    end: int  # inclusive
+    end: int  # inclusive: the last member's end (each starts where the previous ends)
     size: int  # aligned bytes
 
 
@@ -198,11 +201,12 @@ class _Analysis:
     def blocks(self, chains: list[list[Tensor]], specs: Sequence[BufferSpec]) -> tuple[Block, ...]:
         out = []
         ends, roots = self.ends, self.roots
+        aligns = [s.alignment for s in specs]
         for chain in chains:
             first = chain[0]
-            size = align_up(first.nbytes, specs[first.buffer_id].alignment)
-            end = max(ends[t] for t in chain)
-            out.append(Block(tuple(chain), first.buffer_id, roots[first], end, size))
+            bid = first.buffer_id
+            size = align_up(first.nbytes, aligns[bid])
+            out.append(Block(tuple(chain), bid, roots[first], ends[chain[-1]], size))
         return tuple(out)
 
 

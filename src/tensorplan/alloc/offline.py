@@ -3,7 +3,7 @@
 Every interval is known before any is placed (inclusive [start, end], sizes already
 aligned). A greedy pass takes items in some order and puts each at the lowest offset, or
 in the smallest gap, where it overlaps no placed item live at the same time. Several
-orders are tried (longest first, largest first, largest area first, earliest first), the
+orders are tried (longest first, earliest first, largest first, largest area first), the
 best is kept, then a hill climb moves items that set the peak earlier in the order. Any
 result equal to the lower bound (the peak of live bytes) ends the search: it is optimal.
 
@@ -17,14 +17,19 @@ input and the budget. The time actually spent tracks the budget only roughly.
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from tensorplan.alloc.plan import UNLIMITED
 
 DEFAULT_BUDGET_S = 0.05
-UNIT_S = 0.15e-6  # cost model: seconds per work unit (an item looked at during a pass)
+# Cost model (measured on a shared 2-core CI box): a pass costs ~0.15 us per placed item it
+# looks at and ~1.8 us per item it places, so an item placed counts as 12 units.
+UNIT_S = 0.15e-6
+UNITS_PER_ITEM = 12
 MAX_PASSES = 200  # so a tiny problem that misses the bound still returns at once
 
 Span = tuple[int, int, int, int, int]  # (start, end, first bucket, offset, offset + size)
@@ -143,7 +148,7 @@ class _Pass:
         offsets = [0] * len(size)
         where = [0] * len(size)
         chunks: list[_Chunk] = []
-        work = len(size)
+        work = UNITS_PER_ITEM * len(size)
         for k in order:
             sz = size[k]
             if sz == 0:
@@ -164,27 +169,61 @@ class _Pass:
             offsets[k], where[k] = pos, c
         return Packed(offsets, where, [ch.top for ch in chunks] or [0]), work
 
+    def sweep(self, order: Sequence[int], best_fit: bool) -> tuple[Packed, int]:
+        """run() for an order sorted by start, in one chunk, found faster: the placed items
+        an item conflicts with are exactly those still live, kept sorted by offset, so dense
+        traces cost O(live) per item instead of a scan of time buckets."""
+        lo, hi, size = self.lo, self.hi, self.size
+        offsets = [0] * len(size)
+        live: list[tuple[int, int]] = []  # (offset, top), sorted; nonzero sizes never tie
+        ending: list[tuple[int, int, int]] = []  # heap of (end, offset, top)
+        top = 0
+        work = UNITS_PER_ITEM * len(size)
+        for k in order:
+            while ending and ending[0][0] < lo[k]:
+                _, o, t = heapq.heappop(ending)
+                del live[bisect.bisect_left(live, (o, t))]
+            sz = size[k]
+            if sz == 0:
+                continue
+            work += len(live)
+            pos = offsets[k] = _fit(live, sz, UNLIMITED, best_fit)
+            span = (pos, pos + sz)
+            bisect.insort(live, span)
+            heapq.heappush(ending, (hi[k], *span))
+            top = max(top, pos + sz)
+        return Packed(offsets, [0] * len(size), [top]), work
 
-def _orders(lo: list[int], hi: list[int], size: list[int]) -> list[Callable[[], list[int]]]:
-    """Candidate orders, best first on model graphs: longest-lived first (then largest),
-    largest first (then earliest), largest area, earliest first. Ties keep input order, so
-    the last order with best fit replays ggml-alloc's online choices."""
+
+# (order, best fit?) pairs in the order they are tried. Longest-lived first (then largest)
+# reaches the bound on model graphs; earliest first with best fit replays ggml-alloc's
+# online choices (ties keep input order) and leads on raw lifetime traces.
+GRAPH_ORDERS = (
+    ("longest", False), ("earliest", True), ("largest", False), ("longest", True),
+    ("largest", True), ("area", False), ("area", True), ("earliest", False),
+)  # fmt: skip
+TRACE_ORDERS = (GRAPH_ORDERS[1], GRAPH_ORDERS[0], *GRAPH_ORDERS[2:])
+
+
+def _candidates(
+    lo: list[int], hi: list[int], size: list[int], plan: Sequence[tuple[str, bool]]
+) -> Iterator[tuple[list[int], bool, bool]]:
+    """(order, best fit?, sorted by start?) to try; each order is sorted only when first
+    needed, as most graphs stop after the first pass."""
     n = len(size)
-    span = max(hi) + 2 if n else 1
-    biggest = max(size, default=0) + 1
-
-    def by(keys: list[int]) -> list[int]:
-        return sorted(range(n), key=keys.__getitem__)
-
-    def length(k: int) -> int:
-        return hi[k] - lo[k] + 1
-
-    return [
-        lambda: by([-length(k) * biggest - size[k] for k in range(n)]),
-        lambda: by([-z * span + s for z, s in zip(size, lo, strict=True)]),
-        lambda: by([-size[k] * length(k) for k in range(n)]),
-        lambda: list(range(n)) if lo == sorted(lo) else by(lo),
-    ]
+    span, biggest = max(hi) + 2, max(size) + 1
+    length = [e - s + 1 for s, e in zip(lo, hi, strict=True)]
+    keys: dict[str, Callable[[], list[int]]] = {
+        "longest": lambda: [-length[k] * biggest - size[k] for k in range(n)],
+        "earliest": lambda: lo,
+        "largest": lambda: [-z * span + s for z, s in zip(size, lo, strict=True)],
+        "area": lambda: [-z * ln for z, ln in zip(size, length, strict=True)],
+    }
+    made: dict[str, list[int]] = {}
+    for name, best_fit in plan:
+        if name not in made:
+            made[name] = sorted(range(n), key=keys[name]().__getitem__)
+        yield made[name], best_fit, name == "earliest"
 
 
 def solve(
@@ -193,6 +232,7 @@ def solve(
     size: list[int],
     capacity: int = UNLIMITED,
     budget_s: float = DEFAULT_BUDGET_S,
+    orders: Sequence[tuple[str, bool]] = GRAPH_ORDERS,
 ) -> Packed:
     """Offsets for items live over inclusive [lo, hi] with aligned sizes, in chunks of at
     most `capacity` bytes (an item bigger than that gets a chunk of its own size)."""
@@ -203,28 +243,32 @@ def solve(
     runner = _Pass(lo, hi, size, capacity)
     best: Packed | None = None
     best_order: list[int] = []
+    best_fit_wins = False
     passes = 0
-    for make in _orders(lo, hi, size):
-        order = make()
-        for best_fit in (False, True):
+    for order, best_fit, by_start in _candidates(lo, hi, size, orders):
+        if by_start and capacity >= UNLIMITED:
+            packed, work = runner.sweep(order, best_fit)
+        else:
             packed, work = runner.run(order, best_fit)
-            if best is None:
-                passes = min(MAX_PASSES, int(budget_s / (work * UNIT_S)))
-            else:
-                passes -= 1
-            if best is None or packed.key() < best.key():
-                best, best_order = packed, order
-            if _optimal(best, bound) or passes <= 0:
-                return best
+        if best is None:
+            passes = min(MAX_PASSES, int(budget_s / (work * UNIT_S)))
+        else:
+            passes -= 1
+        if best is None or packed.key() < best.key():
+            best, best_order, best_fit_wins = packed, order, best_fit
+        if _optimal(best, bound) or passes <= 0:
+            return best
     assert best is not None
-    return _climb(runner, best, best_order, bound, passes)
+    return _climb(runner, best, best_order, best_fit_wins, bound, passes)
 
 
 def _optimal(p: Packed, bound: int) -> bool:
     return len(p.chunk_sizes) == 1 and p.total <= bound
 
 
-def _climb(runner: _Pass, best: Packed, order: list[int], bound: int, passes: int) -> Packed:
+def _climb(
+    runner: _Pass, best: Packed, order: list[int], best_fit: bool, bound: int, passes: int
+) -> Packed:
     """Hill climb on the order: move an item that sets the peak earlier (or swap two),
     keep the move unless the result got worse. Seeded, so deterministic."""
     rng = random.Random(len(order))
@@ -243,7 +287,7 @@ def _climb(runner: _Pass, best: Packed, order: list[int], bound: int, passes: in
         elif len(new) > 1:
             a, b = rng.randrange(len(new)), rng.randrange(len(new))
             new[a], new[b] = new[b], new[a]
-        packed, _ = runner.run(new, False)
+        packed, _ = runner.run(new, best_fit)
         if packed.key() <= best.key():
             best, order = packed, new
             peak_chunk = max(range(len(best.chunk_sizes)), key=best.chunk_sizes.__getitem__)

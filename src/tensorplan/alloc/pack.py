@@ -12,7 +12,7 @@ from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 
 from tensorplan.alloc.freelist import DynAllocator, align_up
-from tensorplan.alloc.offline import DEFAULT_BUDGET_S, compress, load, solve
+from tensorplan.alloc.offline import DEFAULT_BUDGET_S, TRACE_ORDERS, compress, load, solve
 from tensorplan.alloc.plan import STRATEGIES, UNLIMITED
 
 Interval = tuple[Hashable, int, int, int]  # (id, start, end exclusive, size)
@@ -59,7 +59,7 @@ def pack(
         size.append(align_up(n, alignment))
     lo, hi = compress(lo, hi)
     if strategy == "offline":
-        packed = solve(lo, hi, size, UNLIMITED, budget_s)
+        packed = solve(lo, hi, size, UNLIMITED, budget_s, TRACE_ORDERS)
         offsets, arena = packed.offsets, packed.total
     else:
         offsets, arena = _online(lo, hi, size, alignment)

@@ -83,14 +83,11 @@ class Plan:
     def total(self) -> int:
         return sum(self.sizes)
 
-    def __len__(self) -> int:
-        return len(self.placements)
-
     def summary(self) -> str:
         mib = 1 << 20
         lb = sum(self.lower_bound)
         ratio = f" ({self.total / lb:.4f}x)" if lb else ""
         return (
-            f"{self.strategy}: {len(self)} tensors -> {self.total / mib:.1f} MiB, "
+            f"{self.strategy}: {len(self.placements)} tensors -> {self.total / mib:.1f} MiB, "
             f"lower bound {lb / mib:.1f} MiB{ratio}"
         )

@@ -22,6 +22,9 @@ from tensorplan.errors import TraceError
 COLUMNS = ("id", "lower", "upper", "size")
 _INTEGER = re.compile(r"\s*[+-]?[0-9]+\s*")  # not int()'s "1_000" or non-ASCII digits
 _INT64 = range(-(1 << 63), 1 << 63)
+# The packers place everything below plan.UNLIMITED (2^62) and give up above it; half of it
+# for the sum of all sizes leaves room for alignment padding, so any packing fits.
+MAX_TOTAL_SIZE = 1 << 61
 
 
 def read_trace(path: str | os.PathLike[str]) -> Iterator[tuple[str, int, int, int]]:
@@ -40,10 +43,18 @@ def read_trace(path: str | os.PathLike[str]) -> Iterator[tuple[str, int, int, in
                 raise TraceError(f"{path}: empty trace (no header)")
             cols = _columns(path, header)
             seen: dict[str, int] = {}
+            total = 0
             for row in rows:
                 if not row:
                     continue  # a blank line
-                yield _parse(path, rows.line_num, row, cols, seen)
+                interval = _parse(path, rows.line_num, row, cols, seen)
+                total += interval[3]
+                if total > MAX_TOTAL_SIZE:
+                    raise TraceError(
+                        f"{path}: row {rows.line_num}: sizes add up to more than "
+                        f"2^61 bytes, beyond any memory"
+                    )
+                yield interval
         except UnicodeDecodeError:
             raise TraceError(f"{path}: {_where_not_utf8(path)}: not UTF-8 text") from None
         except csv.Error as e:  # e.g. a field over csv's 128 KiB limit (an unclosed quote)
