@@ -1,0 +1,245 @@
+"""How much memory does transcription take, per plan mode, next to whisper.cpp and peers?
+
+Three parts, each with its targets and a verdict (MB = 1e6 B throughout). A configuration
+is a plan mode (dedicated, output, joint), plus joint with float16 KV caches and weights:
+  1. the memory report (tensorplan.whisper.memory) for tiny.en, and base/small when their
+     packages are installed, per configuration, beside whisper.cpp's buffers for the same
+     dims; target: tiny.en non-weight <= 40 MB;
+  2. peak RSS of transcribing samples/jfk.wav (default decoding: beam 5, as the anchors)
+     in a fresh process per configuration (median of --repeats), beside whisper.cpp 193 MB,
+     faster-whisper int8 246 MB and openai-whisper 537 MB; target: <= 180 MB;
+  3. long audio: peak RSS for a 10-minute file (jfk.wav tiled with silence, synthesised
+     here, never downloaded) against a 30 s file, greedy; target: within 10%. --hour adds
+     a 1-hour file.
+
+    python bench/memory.py [--quick] [--repeats 3] [--long-repeats 1] [--plan joint] [--hour]
+
+--quick prints part 1 for tiny.en only (no subprocess runs, a few seconds).
+Peak RSS is the child's ru_maxrss from os.wait4, so each run is measured alone. On 2 shared
+cores a 10-minute file takes well over 10 minutes: --long-repeats defaults to 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import wave
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tensorplan.commands.plan import format_reference, format_report, table
+from tensorplan.errors import ModelError
+from tensorplan.pipeline import PLAN_MODES
+
+ROOT = Path(__file__).resolve().parents[1]
+JFK = ROOT / "samples" / "jfk.wav"
+MB = 1_000_000
+KIB = 1024  # ru_maxrss unit on Linux
+SR = 16_000
+TARGET_NON_WEIGHT = 40 * MB  # tiny.en
+TARGET_RSS = 180 * MB
+TARGET_LONG = 0.10  # long-audio peak RSS within 10% of the 30 s file's
+ANCHORS_RSS = (("whisper.cpp", 193), ("faster-whisper int8", 246), ("openai-whisper", 537))
+MODELS = ("tiny.en", "base", "small")
+FP16 = {"kv_dtype": "float16", "weights_dtype": "float16"}
+CONFIGS: dict[str, dict[str, Any]] = {  # label -> load_model keywords (max batch 5: beams)
+    **{mode: {"plan": mode} for mode in PLAN_MODES},
+    "joint, kv+weights fp16": {"plan": "joint", **FP16},
+}
+GREEDY = {"beam_size": None}  # long audio: decoding choices do not move RSS, time they do
+
+
+def verdict(value: float, target: float, unit: str = "MB") -> str:
+    """"ok" or "MISS by X" (how far above the target)."""
+    return "ok" if value <= target else f"MISS by {value - target:.2f} {unit}"
+
+
+# ---- 1. the memory report ------------------------------------------------------------------
+def report_models(models: Sequence[str]) -> None:
+    from tensorplan.whisper.api import load_model
+    from tensorplan.whisper.memory import memory_report, whisper_cpp_reference
+
+    for name in models:
+        print(f"\n## {name}: bytes held besides the weights, per plan mode")
+        totals = {}
+        dims = None
+        for label, config in CONFIGS.items():
+            try:
+                model = load_model(name, **config)
+            except ModelError:
+                print(f"skipped: pip install 'tensorplan[{name}]'")
+                break
+            report = memory_report(model)
+            dims = model.dims
+            del model
+            gc.collect()
+            totals[label] = report.total_non_weight_bytes
+            print(f"\n{label}:" if label not in PLAN_MODES else "")
+            print(format_report(report))
+        if dims is None:
+            continue
+        print()
+        print(format_reference(whisper_cpp_reference(dims)))
+        cpp = sum(r.bytes for r in whisper_cpp_reference(dims))
+        target = TARGET_NON_WEIGHT if name == "tiny.en" else None
+        rows = [(label, f"{t / MB:.2f}", f"{t / cpp:.2f}x",
+                 verdict(t / MB, target / MB) if target else "")
+                for label, t in totals.items()]
+        print()
+        print(table(("configuration", "non-weight MB", "vs whisper.cpp",
+                     f"target <= {TARGET_NON_WEIGHT / MB:.0f} (tiny.en)"), rows))
+
+
+# ---- 2 and 3. peak RSS in fresh processes ---------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Run:
+    peak: int  # bytes: the child's ru_maxrss, from os.wait4
+    loaded: int  # bytes: its high-water mark once the model was loaded and planned
+    imported: int  # bytes: ... once tensorplan and numpy were imported
+    wall: float  # seconds
+
+
+def peak_rss(audio: Path, config: dict[str, Any], options: dict[str, Any] | None = None) -> Run:
+    """One fresh process transcribing `audio` with tiny.en loaded with `config`, decoding
+    with `options` (default: TranscribeOptions' defaults, beam 5 as the anchors)."""
+    job = json.dumps({"load": config, "decode": options or {}})
+    cmd = [sys.executable, __file__, "--child", job, str(audio)]
+    with tempfile.TemporaryFile() as out:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)  # this child's rusage alone
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.perf_counter() - t0
+        out.seek(0)
+        text = out.read().decode(errors="replace")
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{text[-2000:]}")
+    marks = json.loads(text.strip().splitlines()[-1])
+    return Run(usage.ru_maxrss * KIB, marks["loaded"], marks["imported"], wall)
+
+
+def median_rss(audio: Path, config: dict[str, Any], repeats: int,
+               options: dict[str, Any] | None = None) -> Run:
+    runs = [peak_rss(audio, config, options) for _ in range(max(1, repeats))]
+    return Run(*(statistics.median(getattr(r, f) for r in runs)
+                 for f in ("peak", "loaded", "imported", "wall")))
+
+
+def rss_by_config(repeats: int) -> None:
+    print(f"\n## peak RSS transcribing {JFK.name} (tiny.en, default decoding: beam 5, "
+          f"fresh process, median of {repeats})")
+    rows = []
+    for label, config in CONFIGS.items():
+        run = median_rss(JFK, config, repeats)
+        rows.append((f"tensorplan {label}", f"{run.peak / MB:.1f}", f"{run.imported / MB:.1f}",
+                     f"{run.loaded / MB:.1f}", f"{run.wall:.1f}",
+                     verdict(run.peak / MB, TARGET_RSS / MB)))
+    rows += [(name, f"{mb:.1f}", "", "", "", "anchor") for name, mb in ANCHORS_RSS]
+    print(table(("process", "peak RSS MB", "imported", "loaded", "wall s",
+                 f"target <= {TARGET_RSS / MB:.0f}"), rows))
+    print("imported / loaded: the process's high-water mark after importing, after loading "
+          "and planning the model")
+
+
+def long_audio(plan: str, hour: bool, repeats: int) -> None:
+    """Peak RSS should not grow with the audio's length (the 30 s file is the baseline)."""
+    lengths = [30, 600] + ([3600] if hour else [])
+    print(f"\n## long audio: peak RSS by file length (tiny.en, plan {plan}, greedy, median "
+          f"of {repeats})")
+    with tempfile.TemporaryDirectory() as tmp:
+        jfk = _samples(JFK)
+        rows, base = [], 0
+        for seconds in lengths:
+            path = Path(tmp) / f"tiled_{seconds}s.wav"
+            write_wav(path, tile(jfk, seconds))
+            run = median_rss(path, {"plan": plan}, repeats, GREEDY)
+            base = base or run.peak
+            grow = run.peak / base - 1
+            check = ("baseline" if seconds == lengths[0]
+                     else verdict(grow * 100, TARGET_LONG * 100, "%"))
+            rows.append((f"{seconds} s", f"{run.peak / MB:.1f}", f"{grow:+.1%}",
+                         f"{run.wall:.1f}", check))
+    print(table(("audio", "peak RSS MB", "vs 30 s", "wall s",
+                 f"target within {TARGET_LONG:.0%}"), rows))
+
+
+def tile(speech: np.ndarray, seconds: int, gap_s: float = 4.0) -> np.ndarray:
+    """`seconds` of audio: speech, gap_s of silence, speech, ... cut to length."""
+    unit = np.concatenate([speech, np.zeros(int(gap_s * SR), np.float32)])
+    n = seconds * SR
+    return np.resize(unit, n) if n > unit.size else unit[:n]
+
+
+def write_wav(path: Path, samples: np.ndarray) -> None:
+    pcm = (np.clip(samples, -1, 1) * 32767).astype("<i2")
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(SR)
+        w.writeframes(pcm.tobytes())
+
+
+def _samples(path: Path) -> np.ndarray:
+    from tensorplan.whisper.audio import load_audio
+
+    return load_audio(path)
+
+
+def child(job: str, audio: str) -> int:
+    """The measured process: load tiny.en, transcribe, print one JSON line with its
+    high-water marks (bytes) after the imports and after loading.
+    job: JSON {"load": load_model keywords, "decode": TranscribeOptions overrides}."""
+    from tensorplan.whisper.api import load_model
+    from tensorplan.whisper.options import TranscribeOptions
+
+    spec = json.loads(job)
+    imported = _high_water()
+    model = load_model("tiny.en", **spec["load"])
+    loaded = _high_water()
+    result = model.transcribe(audio, TranscribeOptions(**spec["decode"]))
+    print(json.dumps({"imported": imported, "loaded": loaded, "chars": len(result.text)}))
+    return 0
+
+
+def _high_water() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * KIB
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="the memory report for tiny.en only; no subprocess runs")
+    ap.add_argument("--repeats", type=int, default=3, help="runs per jfk.wav RSS figure (median)")
+    ap.add_argument("--long-repeats", type=int, default=1,
+                    help="runs per long-audio RSS figure (default 1: a 10-minute file takes "
+                         "minutes)")
+    ap.add_argument("--plan", choices=PLAN_MODES, default="joint",
+                    help="plan mode for the long-audio runs (default joint)")
+    ap.add_argument("--hour", action="store_true", help="also a 1-hour file (slow)")
+    ap.add_argument("--child", nargs=2, metavar=("JOB", "AUDIO"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        return child(*args.child)
+    print("# memory: tensorplan vs whisper.cpp (MB = 1e6 B)")
+    report_models(("tiny.en",) if args.quick else MODELS)
+    if args.quick:
+        return 0
+    rss_by_config(args.repeats)
+    long_audio(args.plan, args.hour, args.long_repeats)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,225 @@
+"""`tensorplan plan`: the memory each plan mode holds besides the weights, against its
+lower bound and whisper.cpp's buffers; `--png` draws the arena.
+
+The last line is for machines: `total_non_weight_bytes=<N> peak_plan=<mode>`, the best
+(lowest total) of the modes printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tensorplan.alloc import STRATEGIES
+from tensorplan.errors import UserError
+from tensorplan.pipeline import PLAN_MODES
+
+if TYPE_CHECKING:  # the model stack is imported when the command runs, not at CLI start
+    from tensorplan.whisper.graphs import Dims
+    from tensorplan.whisper.memory import ArenaLayout, MemoryReport, ReferenceRow
+
+MB = 1_000_000
+COLORS = {"conv": "tab:blue", "encoder": "tab:orange", "cross": "tab:green",
+          "decoder": "tab:red"}
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "plan", help="memory per plan mode: planned vs lower bound vs whisper.cpp",
+        description="Load a model in each plan mode and print, per compute buffer, the "
+        "planned bytes, the lower bound and their ratio, then the KV caches, handoff "
+        "copies and weights, and whisper.cpp's buffers for the same model (MB = 1e6 B).")
+    p.add_argument("--model", default="tiny.en",
+                   help="tiny.en (bundled), base, small, or a CTranslate2 model directory")
+    p.add_argument("--plan", choices=(*PLAN_MODES, "all"), default="all",
+                   help="plan mode to report (default: all, to compare them)")
+    p.add_argument("--strategy", choices=STRATEGIES, default="offline",
+                   help="memory planning strategy (default offline)")
+    p.add_argument("--max-batch", type=int, default=5, metavar="N",
+                   help="most sequences decoded together (beams, best-of): sizes the KV cache "
+                        "(default 5)")
+    p.add_argument("--kv-dtype", choices=("float32", "float16"), default="float32",
+                   help="KV cache precision (default float32)")
+    p.add_argument("--weights-dtype", choices=("float32", "float16"), default="float32",
+                   help="weight precision held in memory (default float32)")
+    p.add_argument("--png", type=Path, default=None, metavar="FILE",
+                   help="draw every planned tensor (step x offset) to a PNG (needs matplotlib)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tensorplan.whisper.memory import whisper_cpp_reference
+
+    if args.max_batch < 1:
+        raise UserError(f"--max-batch must be at least 1, got {args.max_batch}")
+    if args.png is not None:  # fail before the work, not after
+        _pyplot()
+        if not args.png.resolve().parent.is_dir():
+            raise UserError(f"{args.png}: cannot write: no directory {args.png.parent}")
+    reports, layouts, dims = measure(args)
+    print(f"{args.model}, strategy {args.strategy}, max batch {args.max_batch}, kv "
+          f"{args.kv_dtype}, weights {args.weights_dtype}: bytes held besides the weights "
+          "(MB = 1e6 B)")
+    for report in reports:
+        print()
+        print(format_report(report))
+    print()
+    print(format_reference(whisper_cpp_reference(dims)))
+    if args.png is not None:
+        write_png(args.png, layouts, f"{args.model}, strategy {args.strategy}")
+        print(f"\nwrote {args.png}")
+    print()
+    best = min(reports, key=lambda r: r.total_non_weight_bytes)
+    print(f"total_non_weight_bytes={best.total_non_weight_bytes} peak_plan={best.plan}")
+    return 0
+
+
+def measure(args: argparse.Namespace) -> tuple[list[MemoryReport], list[ArenaLayout], Dims]:
+    """Load the model once per plan mode asked for (one at a time) and measure it; the
+    layouts only when a chart was asked for."""
+    from tensorplan.whisper.api import load_model
+    from tensorplan.whisper.memory import arena_layout, memory_report
+
+    reports, layouts = [], []
+    for mode in PLAN_MODES if args.plan == "all" else (args.plan,):
+        model = load_model(args.model, plan=mode, strategy=args.strategy,
+                           max_batch=args.max_batch, kv_dtype=args.kv_dtype,
+                           weights_dtype=args.weights_dtype)
+        reports.append(memory_report(model))
+        if args.png is not None:
+            layouts.append(arena_layout(model))
+        dims = model.dims
+        del model
+        gc.collect()  # hold one model's weights at a time
+    return reports, layouts, dims
+
+
+# ---- tables ---------------------------------------------------------------------------------
+def format_report(report: MemoryReport) -> str:
+    """One plan mode's rows and total, then its weights and copy traffic."""
+    rows = [(r.name, _mb(r.bytes), _mb(r.lower_bound), _ratio(r.ratio), r.note)
+            for r in report.rows]
+    total = report.total_non_weight_bytes
+    bound = report.total_lower_bound
+    rows.append(("total", _mb(total), _mb(bound), _ratio(total / bound if bound else None),
+                 "non-weight: compute + kv + persistent"))
+    head = ("buffer", "MB", "lower bound MB", "ratio", "note")
+    return "\n".join([
+        f"plan {report.plan}",
+        table(head, rows),
+        f"weights {report.weights_bytes / MB:.2f} MB ({report.n_weights} PARAM tensors); "
+        f"copy traffic {report.copy_bytes_per_window / MB:.2f} MB per window",
+    ])
+
+
+def format_reference(rows: Sequence[ReferenceRow]) -> str:
+    sources = list(dict.fromkeys(r.source for r in rows))
+    body = [(r.name, _mb(r.bytes)) for r in rows]
+    body.append(("total", _mb(sum(r.bytes for r in rows))))
+    return "\n".join(["whisper.cpp, same model dims", table(("buffer", "MB"), body),
+                      *(f"source: {s}" for s in sources)])
+
+
+def table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A padded markdown table: the first and last columns left-aligned, numbers right."""
+    cells = [list(head), *[list(r) for r in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(head))]
+    left = [i == 0 or (i == len(head) - 1 and len(head) > 2) for i in range(len(head))]
+    lines = ["| " + " | ".join(c.ljust(w) if lf else c.rjust(w)
+                               for c, w, lf in zip(r, widths, left, strict=True)) + " |"
+             for r in cells]
+    rule = "|" + "|".join("-" * (w + 1) + ("-" if lf else ":")
+                          for w, lf in zip(widths, left, strict=True)) + "|"
+    return "\n".join([lines[0], rule, *lines[1:]])
+
+
+def _mb(n: int | None) -> str:
+    return "-" if n is None else f"{n / MB:.2f}"
+
+
+def _ratio(r: float | None) -> str:
+    return "-" if r is None else f"{r:.3f}"
+
+
+# ---- the chart ------------------------------------------------------------------------------
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+    except ModuleNotFoundError:
+        raise UserError("--png needs matplotlib: pip install 'tensorplan[plot]'") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def write_png(path: Path, layouts: Sequence[ArenaLayout], title: str) -> None:
+    """One panel per plan mode, one rectangle per planned tensor; written atomically."""
+    plt = _pyplot()
+    from matplotlib.artist import Artist
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    height = 3.6 * len(layouts) + 0.8  # inches: a panel per mode, a header for title and legend
+    fig, axes = plt.subplots(len(layouts), 1, figsize=(13, height), sharey=True, squeeze=False)
+    for ax, layout in zip(axes[:, 0], layouts, strict=True):
+        _draw(ax, layout)
+    top = max(s.buffer_bytes for layout in layouts for s in layout.spans) / MB
+    axes[0, 0].set_ylim(0, top * 1.08)  # shared: the same MB scale in every panel
+    fig.suptitle(f"{title}: every planned tensor, from its first to its last step",
+                 y=1 - 0.08 / height, va="top")
+    handles: list[Artist] = [Patch(color=c, label=g) for g, c in COLORS.items()]
+    handles += [Line2D([], [], color="black", lw=1.5, label="lower bound"),
+                Line2D([], [], color="black", lw=1, ls=":", label="buffer size")]
+    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 1 - 0.38 / height),
+               ncol=len(handles), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.6 / height))
+    try:
+        _save_atomically(fig, Path(path))
+    except OSError as e:
+        raise UserError(f"{path}: cannot write: {e.strerror or e}") from None
+    finally:
+        plt.close(fig)
+
+
+def _save_atomically(fig: Any, path: Path) -> None:
+    """Write to a temporary file beside `path`, then rename: never a half-written PNG."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            fig.savefig(f, format="png", dpi=110)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _draw(ax: Any, layout: ArenaLayout) -> None:
+    from matplotlib.collections import PatchCollection
+    from matplotlib.patches import Rectangle
+
+    rects = [Rectangle((b.first, b.offset / MB), b.last - b.first + 1, b.size / MB,
+                       facecolor=COLORS.get(b.graph, "tab:gray"), edgecolor="black",
+                       linewidth=0.2, alpha=0.85) for b in layout.boxes]
+    ax.add_collection(PatchCollection(rects, match_original=True))
+    joint = layout.plan == "joint"
+    for s in layout.spans:
+        x0, x1 = s.first, s.last + 1
+        ax.hlines(s.lower_bound / MB, x0, x1, colors="black", linewidth=1.5)
+        ax.hlines(s.buffer_bytes / MB, x0, x1, colors="black", linewidth=1, linestyles=":")
+        if not joint:
+            ax.axvline(x0, color="gray", linewidth=0.5)
+        ax.text(x0 + 1, 0.97, s.graph, ha="left", va="top", fontsize=8,
+                transform=ax.get_xaxis_transform())
+    arena = (f"one arena {layout.spans[0].buffer_bytes / MB:.2f} MB" if joint else
+             " + ".join(f"{s.buffer_bytes / MB:.2f}" for s in layout.spans) + " MB buffers")
+    how = "one timeline" if joint else "one buffer per graph, side by side"
+    ax.set_title(f"plan {layout.plan} ({layout.strategy}): {arena}, {how}", fontsize=10)
+    ax.set_xlim(0, max(s.last + 1 for s in layout.spans))
+    ax.set_xlabel("step (conv → encoder → cross → worst-case decoder)")
+    ax.set_ylabel("offset (MB)")
