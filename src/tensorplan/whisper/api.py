@@ -49,7 +49,7 @@ class Whisper:
         `overrides` replace fields of `options` (e.g. `beam_size=5, language="en"`).
         `vad_options` tunes the speech detection of `vad_filter=True`.
         """
-        from tensorplan.whisper.audio import load_audio, log_mel_spectrogram
+        from tensorplan.whisper.audio import MelFrames, load_audio
 
         opts = dataclasses.replace(options or TranscribeOptions(), **overrides)
         samples = load_audio(audio) if not isinstance(audio, np.ndarray) else audio
@@ -59,8 +59,9 @@ class Whisper:
             if not speech.chunks:  # nothing to decode
                 return speech.empty_result(opts.language)
             samples, on_segment = speech.samples, speech.restoring(on_segment)
-        mel = log_mel_spectrogram(samples, n_mels=self.model.dims.n_mels,
-                                  padding=480_000)  # 30 s of zeros, as openai-whisper
+        # windows made on demand (two passes: the normalization needs the global max), so
+        # long audio never holds its whole spectrogram; equal to openai's padded mel
+        mel = MelFrames(samples, n_mels=self.model.dims.n_mels)
         aligner = WordAligner(self.model, opts) if opts.word_timestamps else None
         result = transcribe(self.model, mel, opts, on_segment=on_segment, progress=progress,
                             aligner=aligner)
