@@ -66,12 +66,12 @@ def model_bin(
 
 def whisper_arrays(
     d: int = 8,
-    n_mels: int = 4,
+    n_mels: int = 80,  # the audio front end's: the reader rejects other counts
     heads: int = 2,
     audio_layers: int = 2,
     text_layers: int = 1,
     vocab: int = 11,
-    audio_ctx: int = 6,
+    audio_ctx: int = 1500,  # a 30 s window: the reader rejects other contexts
     text_ctx: int = 5,
     dtype: str = "float16",
     seed: int = 0,

@@ -120,7 +120,7 @@ def test_every_binary_version_round_trips(tmp_path: Path, version: int) -> None:
     np.testing.assert_array_equal(
         weights.get("decoder/projection/weight"), arrays["decoder/embeddings/weight"]
     )
-    assert weights.dims == ModelDims(4, 6, 8, 2, 2, 11, 5, 8, 2, 1)
+    assert weights.dims == ModelDims(80, 1500, 8, 2, 2, 11, 5, 8, 2, 1)
 
 
 @pytest.mark.parametrize(
@@ -314,6 +314,10 @@ def test_string_problems(tmp_path: Path) -> None:
     bad = w.Var(b"\xff\xfe", np.zeros(1, np.float32))
     _fails(_write(tmp_path, w.model_bin([bad])), "not UTF-8")
     _fails(_write(tmp_path, header + struct.pack("<H", 60000) + b"x" * 100), "truncated")
+    # found by fuzzing: a newline in a name split the one-line error (escapes: the terminal)
+    for name in ("decoder/embeddings/weigh\n", "a\x1b[2J"):
+        bad = w.Var(name, np.zeros(1, np.float32))
+        _fails(_write(tmp_path, w.model_bin([bad])), "variable name at offset 28 holds control")
 
 
 def test_alias_problems(tmp_path: Path) -> None:
@@ -372,6 +376,47 @@ def test_missing_or_misshapen_whisper_variables(tmp_path: Path) -> None:
     del arrays["decoder/num_heads"]
     w.write_whisper(tmp_path, arrays)
     _fails(model_dir, "missing Whisper variable decoder/num_heads", whisper=True)
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"n_mels": 4}, "expects 4 mel bins; only 80 or 128"),
+        ({"audio_ctx": 6}, "encodings has 6 positions; a 30 s window needs 1500"),
+        ({"text_ctx": 449}, "encodings has 449 positions; Whisper decodes at most 448"),
+        ({"heads": np.nan}, "encoder/num_heads is nan, not a whole number of heads"),
+        ({"heads": 2.5}, "encoder/num_heads is 2.5, not a whole number of heads"),
+        ({"layer": 10**9}, r"encoder layer 2 is missing \(layers up to 1000000000 exist\)"),
+    ],
+)
+def test_dims_the_engine_cannot_run(tmp_path: Path, change: dict[str, float],
+                                    match: str) -> None:
+    """Refused before anything is sized from them (a layer index of 10^9 once made
+    expected_shapes loop 10^9 times; n_mels 4 once reached the mel filters as a ValueError)."""
+    arrays = w.whisper_arrays(n_mels=int(change.get("n_mels", 80)),
+                              audio_ctx=int(change.get("audio_ctx", 1500)),
+                              text_ctx=int(change.get("text_ctx", 5)))
+    if "heads" in change:
+        arrays["encoder/num_heads"] = np.array(change["heads"], np.float32)
+    if "layer" in change:
+        arrays[f"encoder/layer_{change['layer']}/ffn/layer_norm/gamma"] = np.zeros(8, np.float16)
+    _fails(w.write_whisper(tmp_path, arrays) / "model.bin", match, whisper=True)
+
+
+@pytest.mark.parametrize("bad", [0.0, np.inf, np.nan])
+def test_int8_scale_must_be_finite_and_nonzero(tmp_path: Path, bad: float) -> None:
+    q = w.Var("a/weight", np.ones((2, 3), np.int8))
+    scale = w.Var("a/weight_scale", np.array([1.0, bad], np.float32))
+    model = read_model_bin(_write(tmp_path, w.model_bin([q, scale])))
+    with pytest.raises(ModelError, match="a/weight_scale holds a zero, infinite or NaN scale"):
+        model.get("a/weight")
+
+
+def test_int8_weight_with_zero_rows_dequantizes(tmp_path: Path) -> None:
+    q = w.Var("a/weight", np.zeros((0, 4), np.int8))
+    scale = w.Var("a/weight_scale", np.zeros(0, np.float32))
+    got = read_model_bin(_write(tmp_path, w.model_bin([q, scale]))).get("a/weight")
+    assert got.shape == (0, 4) and got.dtype == np.float32
 
 
 @pytest.mark.parametrize(

@@ -29,8 +29,9 @@ MAX_TOTAL_SIZE = 1 << 61
 
 def read_trace(path: str | os.PathLike[str]) -> Iterator[tuple[str, int, int, int]]:
     """Yield (id, lower, upper, size) per row, upper exclusive. Raises TraceError naming
-    the row for a missing column, a non-integer, a negative size, upper <= lower, a
-    repeated id, or a trace with no rows."""
+    the row for a missing column, a non-integer or one beyond 64 bits, a negative size,
+    upper <= lower, a repeated id, sizes adding up past MAX_TOTAL_SIZE, text that is not
+    UTF-8 or not CSV, or a trace with no rows."""
     try:
         f = open(path, newline="", encoding="utf-8-sig")  # closed by the with below
     except OSError as e:

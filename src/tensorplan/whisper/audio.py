@@ -51,6 +51,7 @@ _PAD = N_FFT // 2  # reflect padding each side (torch.stft center=True)
 _FLOAT_FORMATS = ("flt", "fltp", "dbl", "dblp")
 _MAX_WAV_CHUNKS = 64  # header chunks looked at before "data"; real files have a handful
 _INITIAL_SECONDS_CAP = 4 * 3600  # reserve (virtual memory only) at most this much up front
+MIN_SOURCE_RATE = 1000  # Hz; below this a tiny header would expand into hours at 16 kHz
 
 
 # --- decoding --------------------------------------------------------------------------------
@@ -61,7 +62,8 @@ def load_audio(source: str | os.PathLike[str] | bytes, sr: int = SAMPLE_RATE) ->
     samples at `sr` Hz.
 
     Returns shape (n_samples,). Raises AudioError naming the input for a missing, empty,
-    unreadable, truncated or non-audio input, no samples, or NaN/Inf samples.
+    unreadable, truncated or non-audio input, no samples, NaN/Inf samples, or a sample rate
+    below MIN_SOURCE_RATE.
     """
     name, file = _open(source)
     with file:
@@ -74,7 +76,7 @@ def load_audio(source: str | os.PathLike[str] | bytes, sr: int = SAMPLE_RATE) ->
 def _open(source: str | os.PathLike[str] | bytes) -> tuple[str, IO[bytes]]:
     if isinstance(source, (bytes, bytearray, memoryview)):
         data, name = bytes(source), "<bytes>"
-    elif source == "-":
+    elif os.fspath(source) == "-":  # also Path("-"), as the CLI passes it
         data, name = sys.stdin.buffer.read(), "<stdin>"
     else:
         return _open_path(os.fspath(source))
@@ -142,6 +144,9 @@ def _decode(file: IO[bytes], name: str, sr: int) -> np.ndarray:
         resampler = av.AudioResampler(format="s16", layout="mono", rate=sr)
         try:
             for frame in container.decode(stream):
+                if frame.sample_rate < MIN_SOURCE_RATE:
+                    raise AudioError(f"{name}: sample rate {frame.sample_rate} Hz is too low "
+                                     f"for speech (at least {MIN_SOURCE_RATE} Hz)")
                 if frame.format.name in _FLOAT_FORMATS:
                     _check_finite(frame, name)
                 for out in resampler.resample(frame):

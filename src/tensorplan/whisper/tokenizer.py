@@ -313,10 +313,11 @@ class Tokenizer:
         # U+2640..U+267F symbols: their 3-byte UTF-8 forms share the first two bytes, so when
         # one is split into several tokens, suppressing the first token is safe
         miscellaneous = set("♩♪♫♬♭♮♯")
-        result = {self.encode(" -")[0], self.encode(" '")[0]}
+        # (a BPE lacking some bytes encodes them to nothing: skip those, never IndexError)
+        result = {*self.encode(" -")[:1], *self.encode(" '")[:1]}
         for symbol in symbols + sorted(miscellaneous):
             for tokens in (self.encode(symbol), self.encode(" " + symbol)):
-                if len(tokens) == 1 or symbol in miscellaneous:
+                if tokens and (len(tokens) == 1 or symbol in miscellaneous):
                     result.add(tokens[0])
         return tuple(sorted(result))
 
@@ -433,6 +434,16 @@ def load_tokenizer(model_dir: str | os.PathLike[str]) -> Tokenizer:
     return tokenizer
 
 
+def _library_failure(e: BaseException) -> bool:
+    """An error from the tokenizers library. A Rust panic arrives as pyo3's PanicException,
+    a BaseException: catch it by name, and never KeyboardInterrupt or SystemExit."""
+    return isinstance(e, Exception) or type(e).__name__ == "PanicException"
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
 def _read_json(path: Path, *, required: bool) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
@@ -448,6 +459,8 @@ def _read_json(path: Path, *, required: bool) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise ModelError(f"{path}: not valid JSON ({e.msg}, line {e.lineno})") from None
+    except RecursionError:
+        raise ModelError(f"{path}: not valid JSON (nested too deeply)") from None
 
 
 def _bpe_model(spec: Any, path: Path) -> tuple[dict[str, int], list[Any]]:
@@ -459,6 +472,10 @@ def _bpe_model(spec: Any, path: Path) -> tuple[dict[str, int], list[Any]]:
     vocab, merges = model.get("vocab"), model.get("merges")
     if not isinstance(vocab, dict) or not isinstance(merges, list):
         raise ModelError(f"{path}: not a BPE tokenizer (needs a 'vocab' object and 'merges' list)")
+    for key in ("continuing_subword_prefix", "end_of_word_suffix"):
+        # GPT-2's byte-level BPE has neither; the library panics on some (printing to stderr)
+        if model.get(key) not in (None, ""):
+            raise ModelError(f"{path}: {key} {str(model.get(key))[:20]!r} is not Whisper's (none)")
     return vocab, merges
 
 
@@ -467,8 +484,11 @@ def _json_token_table(
 ) -> dict[int, str]:
     """id → token from the BPE vocab plus the added tokens (specials, maybe timestamps)."""
     table: dict[int, str] = {}
+    added = spec.get("added_tokens") or []
+    if not isinstance(added, list) or not all(isinstance(a, dict) for a in added):
+        raise ModelError(f"{path}: 'added_tokens' must be a list of objects")
     entries = [(i, t) for t, i in bpe_vocab.items()]
-    entries += [(a.get("id"), a.get("content")) for a in spec.get("added_tokens") or ()]
+    entries += [(a.get("id"), a.get("content")) for a in added]
     for i, token in entries:
         if not isinstance(i, int) or i < 0 or not isinstance(token, str):
             raise ModelError(f"{path}: bad vocabulary entry {token!r} → {i!r}")
@@ -518,15 +538,21 @@ def _merge_vocabulary(
     return vocab
 
 
+def _is_pair(m: Any) -> bool:
+    return isinstance(m, list) and len(m) == 2 and all(isinstance(x, str) for x in m)
+
+
 def _bpe_encoder(spec: dict[str, Any], merges: list[Any], path: Path) -> tokenizers.Tokenizer:
     """The BPE alone. Merges may be "Ġ t" strings or ["Ġ", "t"] pairs; if this tokenizers
     version rejects the file's format, retry with the other one."""
+    if not all(isinstance(m, str) or _is_pair(m) for m in merges):
+        raise ModelError(f"{path}: merges must be \"a b\" strings or [\"a\", \"b\"] pairs")
     as_strings = [m if isinstance(m, str) else " ".join(m) for m in merges]
     as_pairs = [m.split(" ", 1) if isinstance(m, str) else m for m in merges]
     formats = [as_strings, as_pairs]
     if merges and not isinstance(merges[0], str):
         formats.reverse()
-    error: Exception | None = None
+    error: BaseException | None = None
     for candidate in formats:
         stripped = {
             **spec,
@@ -536,7 +562,9 @@ def _bpe_encoder(spec: dict[str, Any], merges: list[Any], path: Path) -> tokeniz
         }
         try:
             return tokenizers.Tokenizer.from_str(json.dumps(stripped))
-        except Exception as e:  # the library raises bare Exceptions
+        except BaseException as e:  # bare Exceptions, or a panic on odd settings
+            if not _library_failure(e):
+                raise
             error = error or e
-    reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-    raise ModelError(f"{path}: the tokenizers library cannot load it ({reason})")
+    assert error is not None
+    raise ModelError(f"{path}: the tokenizers library cannot load it ({_first_line(error)})")

@@ -113,9 +113,12 @@ class _Reader:
         if raw[-1] != 0 or 0 in raw[:-1]:
             raise self.error(f"{what} at offset {start} is not one NUL-terminated string")
         try:
-            return raw[:-1].decode("utf-8")
+            text: str = raw[:-1].decode("utf-8")
         except UnicodeDecodeError:
             raise self.error(f"{what} at offset {start} is not UTF-8") from None
+        if not text.isprintable():  # a newline or escape code would break one-line errors
+            raise self.error(f"{what} at offset {start} holds control characters")
+        return text
 
     def count(self, what: str, min_bytes: int) -> int:
         """A u32 element count that must fit in what is left of the file."""
@@ -217,6 +220,8 @@ class ModelBin:
         want = (v.shape[0],) if v.dtype == "int8" else ()
         if scale.size != math.prod(want):
             raise self.error(f"{scale_name} has shape {scale.shape}, expected {want}")
+        if not (np.isfinite(scale).all() and scale.all()):  # else inf/NaN weights
+            raise self.error(f"{scale_name} holds a zero, infinite or NaN scale")
         return scale.reshape(want)
 
 

@@ -1,0 +1,98 @@
+"""Fuzz harnesses: bytes in; success or a UserError subclass out. Anything else (another
+exception, a hang, a crash) is a bug. Shared by the atheris driver (fuzz.py) and the corpus
+replay test, so a crash found by fuzzing becomes a regression seed by copying its input into
+corpus/<harness>/.
+
+Each harness also exercises what a caller does next with a successful load (reading every
+weight, encoding and decoding text, packing the trace, computing the log-mel), so a file that
+loads but breaks later is caught too.
+"""
+
+from __future__ import annotations
+
+import atexit
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from tensorplan.alloc import pack
+from tensorplan.alloc.trace import read_trace, write_offsets
+from tensorplan.errors import UserError
+from tensorplan.whisper.audio import SAMPLE_RATE, load_audio, log_mel_spectrogram
+from tensorplan.whisper.tokenizer import load_tokenizer
+from tensorplan.whisper.weights import WHISPER_SPEC, WhisperWeights, read_model_bin
+
+_WORK = Path(tempfile.mkdtemp(prefix="tensorplan-fuzz-"))
+atexit.register(shutil.rmtree, _WORK, ignore_errors=True)
+
+
+def _fresh(folder: str, name: str, data: bytes) -> Path:
+    """Write `data` to <work>/<folder>/<name> through a rename, so a memory map of the
+    previous input keeps its own (unchanged) file."""
+    directory = _WORK / folder
+    directory.mkdir(exist_ok=True)
+    tmp = directory / f".{name}.tmp"
+    tmp.write_bytes(data)
+    os.replace(tmp, directory / name)
+    return directory / name
+
+
+def model_bin(data: bytes) -> None:
+    path = _fresh("model", "model.bin", data)
+    model = read_model_bin(path, spec=None)
+    for name in [*model.variables, *model.aliases]:
+        model.get(name)  # widens bfloat16, dequantizes int8/int16
+        if math.prod(model.resolve(name).shape) == 1:
+            model.scalar(name)
+    if model.spec == WHISPER_SPEC:
+        weights = WhisperWeights.load(path.parent)  # no config.json: the fallback heads
+        weights.encoder_layer(0, "float32")
+        weights.decoder_layer(0, "float32")
+
+
+def tokenizer(data: bytes) -> None:
+    path = _fresh("tokenizer", "tokenizer.json", data)
+    tok = load_tokenizer(path.parent)
+    ids = tok.encode("Hello world, ♪ 1.5% <|en|>")
+    tok.decode(ids)
+    tok.decode_with_timestamps([*ids, tok.eot])
+    tok.split_to_word_tokens([*ids, tok.eot])
+    tok.sot_sequence_including_notimestamps("en" if tok.is_multilingual else None)
+    tok.non_speech_tokens  # noqa: B018 (a cached property that encodes symbols)
+
+
+def trace(data: bytes) -> None:
+    path = _fresh("trace", "trace.csv", data)
+    rows = list(read_trace(path))
+    for strategy, alignment in (("ggml", 1), ("offline", 8)):
+        packing = pack(rows, alignment, strategy, budget_s=0.0)
+        assert packing.size >= packing.lower_bound
+    write_offsets(path.with_name("offsets.csv"), packing.offsets)
+
+
+def audio(data: bytes) -> None:
+    samples = load_audio(data)
+    assert samples.ndim == 1 and samples.size > 0
+    log_mel_spectrogram(samples[: 2 * SAMPLE_RATE])
+
+
+HARNESSES: dict[str, Callable[[bytes], None]] = {
+    "model_bin": model_bin,
+    "tokenizer": tokenizer,
+    "trace": trace,
+    "audio": audio,
+}
+
+
+def run(harness: Callable[[bytes], None], data: bytes) -> bool:
+    """True if the input was accepted, False if it was a UserError; anything else raises."""
+    try:
+        harness(data)
+    except UserError as e:
+        message = str(e)
+        assert message and "\n" not in message, f"not one line: {message!r}"
+        return False
+    return True

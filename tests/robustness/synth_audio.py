@@ -1,0 +1,71 @@
+"""Audio files built in memory for the robustness tests and the fuzz seeds: canonical WAV
+of any layout (or a lying header), and PyAV-encoded compressed formats. Nothing downloaded."""
+
+from __future__ import annotations
+
+import io
+import struct
+import zlib
+
+import av
+import numpy as np
+
+RATE = 16000
+
+
+def wav(samples: np.ndarray | bytes, rate: int = RATE, channels: int = 1, bits: int = 16,
+        fmt_tag: int = 1, declared: int | None = None) -> bytes:
+    """A canonical RIFF/WAVE file; `declared` overrides the data chunk's length field."""
+    data = samples if isinstance(samples, bytes) else samples.tobytes()
+    block = channels * bits // 8
+    fmt = struct.pack("<HHIIHH", fmt_tag, channels, rate, rate * block, block, bits)
+    size = len(data) if declared is None else declared
+    chunks = b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + struct.pack("<I", size)
+    return b"RIFF" + struct.pack("<I", 4 + len(chunks) + len(data)) + b"WAVE" + chunks + data
+
+
+def tone(seconds: float, rate: int = RATE, channels: int = 1) -> np.ndarray:
+    """A 440 Hz tone at -10 dBFS, float64 in [-1, 1], shape (n,) or (n, channels)."""
+    t = np.arange(int(seconds * rate)) / rate
+    x = 0.3 * np.sin(2 * np.pi * 440 * t)
+    return x if channels == 1 else np.repeat(x[:, None], channels, axis=1)
+
+
+def pcm16(x: np.ndarray) -> np.ndarray:
+    return np.round(x * 32767).astype("<i2")
+
+
+def pcm24(x: np.ndarray) -> bytes:
+    ints = np.round(x.reshape(-1) * (2**23 - 1)).astype("<i4")
+    return ints.view(np.uint8).reshape(-1, 4)[:, :3].tobytes()  # little-endian low 3 bytes
+
+
+def encoded(codec: str, fmt: str, seconds: float = 2.0) -> bytes:
+    """int16 mono tone compressed with PyAV (bundled ffmpeg)."""
+    buf = io.BytesIO()
+    with av.open(buf, "w", format=fmt) as out:
+        stream = out.add_stream(codec, rate=RATE, layout="mono")
+        assert isinstance(stream, av.audio.stream.AudioStream)
+        frame = av.AudioFrame.from_ndarray(pcm16(tone(seconds))[None, :], format="s16",
+                                           layout="mono")
+        frame.sample_rate = RATE
+        for packet in (*stream.encode(frame), *stream.encode(None)):
+            out.mux(packet)
+    return buf.getvalue()
+
+
+def half(data: bytes) -> bytes:
+    return data[: len(data) // 2]
+
+
+def png() -> bytes:
+    """A valid 4x4 PNG picture."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        crc = struct.pack(">I", zlib.crc32(kind + data))
+        return struct.pack(">I", len(data)) + kind + data + crc
+
+    rows = b"".join(b"\0" + b"\x80" * 12 for _ in range(4))
+    header = struct.pack(">IIBBBBB", 4, 4, 8, 2, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows))
+            + chunk(b"IEND", b""))
