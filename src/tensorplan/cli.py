@@ -35,8 +35,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:  # while importing or parsing: still no traceback
+        print("tensorplan: interrupted", file=sys.stderr)
+        return 130
     debug = args.debug or os.environ.get("TENSORPLAN_DEBUG", "0") not in ("", "0")
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.WARNING,

@@ -278,8 +278,6 @@ def test_missing_config_json_falls_back(dirs: Dirs, tmp_path: Path) -> None:
     assert_ok(run_cli("transcribe", "--model", d, one))
 
 
-@pytest.mark.xfail(reason="api.load_model never compares the tokenizer's vocabulary with "
-                          "the model's n_vocab: an IndexError traceback (reported)")
 def test_tokenizer_larger_than_the_model(dirs: Dirs, speech: Path,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     d = dirs.synthetic("vocab-11", vocab=11)  # tiny.en's tokenizer has 51864 ids

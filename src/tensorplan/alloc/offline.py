@@ -23,7 +23,7 @@ import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from tensorplan.alloc.plan import UNLIMITED
+from tensorplan.alloc.plan import UNLIMITED, PlanError
 
 DEFAULT_BUDGET_S = 0.05
 # Cost model (measured on a shared 2-core CI box): a pass costs ~0.15 us per placed item it
@@ -188,6 +188,8 @@ class _Pass:
                 continue
             work += len(live)
             pos = offsets[k] = _fit(live, sz, UNLIMITED, best_fit)
+            if pos < 0:
+                raise PlanError(f"the arena would exceed {UNLIMITED} bytes")
             span = (pos, pos + sz)
             bisect.insort(live, span)
             heapq.heappush(ending, (hi[k], *span))

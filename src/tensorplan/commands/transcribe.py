@@ -130,7 +130,7 @@ def _positive_int(text: str) -> int:
 def run(args: argparse.Namespace) -> int:
     from tensorplan.whisper.api import load_model
     from tensorplan.whisper.options import TranscribeOptions, from_args
-    from tensorplan.whisper.writers import parse_formats, write_outputs
+    from tensorplan.whisper.writers import ensure_output_dir, parse_formats, write_outputs
 
     options = from_args(TranscribeOptions, args)
     if _is_batch(args):
@@ -141,6 +141,8 @@ def run(args: argparse.Namespace) -> int:
         formats = parse_formats(args.output_format or "all")
         out_dir = out_dir or Path(".")
     paths = [Path(a) for a in args.audio]
+    if formats:  # a bad output directory fails now, not after the whole transcription
+        ensure_output_dir(out_dir)
     model = load_model(
         args.model,
         plan=args.plan,

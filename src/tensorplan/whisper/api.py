@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from tensorplan.errors import ModelError
 from tensorplan.whisper.model import WhisperModel
 from tensorplan.whisper.models import DEFAULT_MODEL, resolve_model
 from tensorplan.whisper.options import TranscribeOptions
@@ -80,6 +81,9 @@ def load_model(name_or_path: str | os.PathLike[str] = DEFAULT_MODEL, *, plan: st
     model_dir = resolve_model(name_or_path)
     weights = WhisperWeights.load(model_dir)
     tokenizer = load_tokenizer(model_dir)
+    if len(tokenizer.vocab) != weights.dims.n_vocab:
+        raise ModelError(f"{model_dir}: the tokenizer has {len(tokenizer.vocab)} tokens but the "
+                         f"model's vocabulary has {weights.dims.n_vocab}")
     model = WhisperModel(weights, tokenizer, weights.config, plan=plan, strategy=strategy,
                          max_batch=max_batch, kv_dtype=kv_dtype, weights_dtype=weights_dtype)
     return Whisper(model, os.fspath(name_or_path))

@@ -85,7 +85,7 @@ def write_outputs(
     """
     texts = {fmt: render(result, fmt, options) for fmt in parse_formats(formats)}
     output_dir = Path(output_dir)
-    _ensure_dir(output_dir)
+    ensure_output_dir(output_dir)
     paths = []
     for fmt, text in texts.items():
         path = output_dir / f"{Path(audio_path).stem}.{fmt}"
@@ -241,7 +241,7 @@ class _LineBreaker:
 # atomic files
 
 
-def _ensure_dir(output_dir: Path) -> None:
+def ensure_output_dir(output_dir: Path) -> None:
     if output_dir.exists() and not output_dir.is_dir():
         raise UserError(f"output directory {output_dir} is not a directory")
     try:
