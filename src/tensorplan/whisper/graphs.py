@@ -18,22 +18,9 @@ from dataclasses import dataclass
 from tensorplan import dtype as dt
 from tensorplan import ops
 from tensorplan.tensor import Tensor
+from tensorplan.whisper.weights import ModelDims as Dims
 
 Params = Callable[[str], Tensor]  # name (CT2 variable name) -> PARAM leaf
-
-
-@dataclass(frozen=True, slots=True)
-class Dims:
-    n_mels: int
-    n_audio_ctx: int
-    n_audio_state: int
-    n_audio_head: int
-    n_audio_layer: int
-    n_vocab: int
-    n_text_ctx: int
-    n_text_state: int
-    n_text_head: int
-    n_text_layer: int
 
 
 def _columns(t: Tensor, start: int, width: int) -> Tensor:

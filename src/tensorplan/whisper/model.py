@@ -82,7 +82,7 @@ class WhisperModel:
         backend: NumpyBackend | None = None,
     ) -> None:
         self.weights, self.tokenizer, self.config = weights, tokenizer, config
-        self.dims = _dims(weights.dims)
+        self.dims: Dims = weights.dims
         self.is_multilingual = bool(getattr(tokenizer, "is_multilingual", False))
         self.backend = backend or NumpyBackend()
         self.plan_mode, self.strategy = plan, strategy
@@ -341,10 +341,6 @@ class WhisperModel:
 
 def _stage_name(g: DecoderGraph) -> str:
     return f"decoder[b{g.n_batch},n{g.n_tok},r{g.n_rows}]"
-
-
-def _dims(d: Any) -> Dims:
-    return Dims(**{f: getattr(d, f) for f in Dims.__slots__})  # type: ignore[attr-defined]
 
 
 class Inference:
