@@ -13,15 +13,14 @@ from typing import Any
 import numpy as np
 
 from tensorplan.errors import ModelError
+from tensorplan.whisper.formats import load_model_files
 from tensorplan.whisper.model import WhisperModel
-from tensorplan.whisper.models import DEFAULT_MODEL, resolve_model
+from tensorplan.whisper.models import DEFAULT_MODEL
 from tensorplan.whisper.options import TranscribeOptions
 from tensorplan.whisper.result import TranscriptionResult
 from tensorplan.whisper.timing import WordAligner
-from tensorplan.whisper.tokenizer import load_tokenizer
 from tensorplan.whisper.transcribe import ProgressCallback, SegmentCallback, transcribe
 from tensorplan.whisper.vad import SpeechOnly, VadOptions
-from tensorplan.whisper.weights import WhisperWeights
 
 
 class Whisper:
@@ -78,12 +77,10 @@ def load_model(name_or_path: str | os.PathLike[str] = DEFAULT_MODEL, *, plan: st
     kv_dtype / weights_dtype: "float16" halves the KV caches / keeps the encoder's weight
     matrices as stored, for less memory at some speed.
     """
-    model_dir = resolve_model(name_or_path)
-    weights = WhisperWeights.load(model_dir)
-    tokenizer = load_tokenizer(model_dir)
+    weights, tokenizer = load_model_files(name_or_path)  # CT2 dir, openai .pt or ggml .bin
     if len(tokenizer.vocab) != weights.dims.n_vocab:
-        raise ModelError(f"{model_dir}: the tokenizer has {len(tokenizer.vocab)} tokens but the "
-                         f"model's vocabulary has {weights.dims.n_vocab}")
+        raise ModelError(f"{name_or_path}: the tokenizer has {len(tokenizer.vocab)} tokens but "
+                         f"the model's vocabulary has {weights.dims.n_vocab}")
     model = WhisperModel(weights, tokenizer, weights.config, plan=plan, strategy=strategy,
                          max_batch=max_batch, kv_dtype=kv_dtype, weights_dtype=weights_dtype)
     return Whisper(model, os.fspath(name_or_path))
