@@ -199,11 +199,10 @@ class WhisperModel:
         tokens: np.ndarray,
         positions: np.ndarray,
         batch_rows: np.ndarray,
-        n_ctx: np.ndarray,
         rows: np.ndarray,
     ) -> np.ndarray:
-        """Feed tokens (B, N) at positions (B, N); batch_rows (B,) selects KV slots;
-        n_ctx (B,) valid cache length after this call; rows: flat row ids for logits."""
+        """Feed tokens (B, N) at positions (B, N); batch_rows (B,) selects KV slots (the
+        mask follows the positions); rows: flat row ids for logits."""
         b, n = tokens.shape
         gb, gn = g.n_batch, g.n_tok
         pad = gn - n  # padding repeats the last token at its own position: same K/V bytes
@@ -394,7 +393,7 @@ class Inference:
             pos = np.broadcast_to(np.arange(first + s, first + s + part.shape[1]), part.shape)
             want = [r - s for r in rel if s <= r < s + part.shape[1]]
             flat = [bi * g.n_tok + r for bi in range(b) for r in want] or [0]
-            logits = m.run_decoder(g, part, pos, np.arange(b), np.full(b, first + s), flat)
+            logits = m.run_decoder(g, part, pos, np.arange(b), np.asarray(flat))
             if want:
                 outs.append(logits.reshape(b, len(want), -1))
         return np.concatenate(outs, axis=1)
