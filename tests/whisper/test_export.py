@@ -222,7 +222,7 @@ FILTERS_END = HEADER + 8 + 80 * 201 * 4
 TOKENS_END = FILTERS_END + 4 + 2 * 5  # two one-byte tokens
 GGML_CASES: dict[str, tuple[Callable[[bytes], bytes], str]] = {
     "bad magic": (lambda d: _patched(d, 0, "<i", 0x1234), "not a ggml model"),
-    "empty": (lambda d: b"", "cannot read"),
+    "empty": (lambda d: b"", "empty file"),
     "truncated hparams": (lambda d: d[:20], "truncated: hparams"),
     "quantized": (lambda d: _patched(d, 4 + 40, "<i", 1002), "is quantized"),
     "zero heads": (lambda d: _patched(d, 4 + 12, "<i", 0), "impossible hparams"),

@@ -37,7 +37,7 @@ import numpy as np
 
 from tensorplan.errors import ModelError, UserError
 from tensorplan.whisper.models import _atomic
-from tensorplan.whisper.weights import ModelDims
+from tensorplan.whisper.weights import ModelDims, map_file
 
 ZIP_MAGIC = b"PK\x03\x04"
 LEGACY_MAGIC = b"\x80\x02\x8a\x0al\xfc\x9cF\xf9 j\xa8P\x19."  # torch < 1.6 serialization
@@ -78,7 +78,7 @@ class _StorageType:
 def read_checkpoint(path: str | Path) -> Checkpoint:
     """Parse an openai-whisper .pt checkpoint without torch."""
     path = Path(path)
-    buf = _map(path)
+    buf = map_file(path, "a checkpoint")
     if buf[:4] != ZIP_MAGIC:
         if buf[: len(LEGACY_MAGIC)] == LEGACY_MAGIC:
             raise ModelError(f"{path}: torch's legacy (< 1.6) format is not supported; "
@@ -100,18 +100,6 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
             pickle.UnpicklingError, ValueError, TypeError, IndexError, AttributeError) as e:
         raise ModelError(f"{path}: not a readable checkpoint ({_reason(e)})") from None
     return _checkpoint(obj, path, buf)
-
-
-def _map(path: Path) -> mmap.mmap:
-    try:
-        with path.open("rb") as f:
-            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    except FileNotFoundError:
-        raise ModelError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise ModelError(f"{path}: is a directory, not a checkpoint") from None
-    except (OSError, ValueError) as e:  # mmap of an empty file is a ValueError
-        raise ModelError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
 
 
 def _reason(e: BaseException) -> str:

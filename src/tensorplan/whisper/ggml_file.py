@@ -37,7 +37,7 @@ import numpy as np
 
 from tensorplan.errors import ModelError
 from tensorplan.whisper.models import _atomic
-from tensorplan.whisper.weights import ModelDims
+from tensorplan.whisper.weights import ModelDims, map_file
 
 GGML_MAGIC = 0x67676D6C
 QNT_VERSION_FACTOR = 1000  # ftype = quantization version × 1000 + type
@@ -111,7 +111,7 @@ class _Reader:
 def read_ggml(path: str | Path) -> GgmlFile:
     """Parse a whisper.cpp ggml .bin file (f32 or f16 tensors)."""
     path = Path(path)
-    r = _Reader(_map(path), path)
+    r = _Reader(map_file(path, "a model file"), path)
     (magic,) = r.ints(1, "magic")
     if magic != GGML_MAGIC:
         raise r.error(f"not a ggml model (magic {magic & 0xFFFFFFFF:#010x}, "
@@ -136,18 +136,6 @@ def read_ggml(path: str | Path) -> GgmlFile:
             raise r.error(f"tensor {name!r} appears twice")
         tensors[name] = array
     return GgmlFile(path, dims, ftype, filters, tokens, tensors, r.buf)
-
-
-def _map(path: Path) -> mmap.mmap:
-    try:
-        with path.open("rb") as f:
-            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    except FileNotFoundError:
-        raise ModelError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise ModelError(f"{path}: is a directory, not a model file") from None
-    except (OSError, ValueError) as e:  # mmap of an empty file is a ValueError
-        raise ModelError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
 
 
 def _view(r: _Reader, dtype: np.dtype[Any], shape: tuple[int, ...], what: str) -> np.ndarray:

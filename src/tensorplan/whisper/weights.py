@@ -242,7 +242,7 @@ def dequantize(q: np.ndarray, scale: np.ndarray | float) -> np.ndarray:
 def read_model_bin(path: str | Path, spec: str | None = WHISPER_SPEC) -> ModelBin:
     """Parse a model.bin (binary versions 1..6); `spec=None` accepts any model spec."""
     path = Path(path)
-    buf = _map(path)
+    buf = map_file(path)
     r = _Reader(buf, path)
     version = r.uint("<I", "binary version")
     if not 1 <= version <= MAX_BINARY_VERSION:
@@ -265,7 +265,9 @@ def read_model_bin(path: str | Path, spec: str | None = WHISPER_SPEC) -> ModelBi
     return ModelBin(path, buf, version, name, revision, variables, aliases)
 
 
-def _map(path: Path) -> mmap.mmap:
+def map_file(path: Path, kind: str = "a model.bin") -> mmap.mmap:
+    """A read-only memory map of a model file; every failure is a one-line ModelError.
+    `kind` names what was expected, for the message about a directory."""
     try:
         with path.open("rb") as f:
             if os.fstat(f.fileno()).st_size == 0:
@@ -274,7 +276,7 @@ def _map(path: Path) -> mmap.mmap:
     except FileNotFoundError:
         raise ModelError(f"{path}: no such file") from None
     except IsADirectoryError:
-        raise ModelError(f"{path}: is a directory, not a model.bin") from None
+        raise ModelError(f"{path}: is a directory, not {kind}") from None
     except OSError as e:
         raise ModelError(f"{path}: cannot read: {e.strerror or e}") from None
 
