@@ -203,23 +203,9 @@ class WhisperModel:
     ) -> np.ndarray:
         """Feed tokens (B, N) at positions (B, N); batch_rows (B,) selects KV slots (the
         mask follows the positions); rows: flat row ids for logits."""
-        b, n = tokens.shape
-        gb, gn = g.n_batch, g.n_tok
-        pad = gn - n  # padding repeats the last token at its own position: same K/V bytes
-        tok = np.concatenate([tokens, np.repeat(tokens[:, -1:], pad, axis=1)], axis=1)
-        pos = np.concatenate([positions, np.repeat(positions[:, -1:], pad, axis=1)], axis=1)
-        if b < gb:  # spare batch rows compute into KV slots nobody reads
-            tok = np.concatenate([tok, np.repeat(tok[:1], gb - b, axis=0)])
-            pos = np.concatenate([pos, np.repeat(pos[:1], gb - b, axis=0)])
-            batch_rows = np.concatenate([batch_rows, np.arange(b, gb)])
-        t_ctx = self.dims.n_text_ctx
-        kv_rows = batch_rows[:, None] * t_ctx + pos
-        mask = np.full((gb, 1, gn, t_ctx), -np.inf, dtype=np.float32)
-        keys = np.arange(t_ctx)
-        mask[:, 0] = np.where(keys[None, None, :] <= pos[:, :, None], 0.0, -np.inf)
-        inp = g.inputs
+        self._feed_inputs(g.inputs, g.n_tok, g.n_batch, tokens, positions, batch_rows)
         be = self.backend
-        self._set_inputs(inp, tok, pos, kv_rows, mask)
+        inp = g.inputs
         flat = np.asarray(rows, dtype=np.int32)
         be.set(
             inp.logit_rows,
@@ -299,17 +285,33 @@ class WhisperModel:
         positions: np.ndarray,
         batch_rows: Sequence[int],
     ) -> None:
-        """Run a batch-1 decoder trunk graph over tokens (1, n) padded to gn."""
-        n = tokens.shape[1]
-        pad = gn - n
-        tok = np.concatenate([tokens, np.repeat(tokens[:, -1:], pad, axis=1)], axis=1)
-        pos = np.concatenate([positions, np.repeat(positions[:, -1:], pad, axis=1)], axis=1)
-        t_ctx = self.dims.n_text_ctx
-        kv_rows = np.asarray(batch_rows)[:, None] * t_ctx + pos
-        keys = np.arange(t_ctx)
-        mask = np.where(keys[None, None, :] <= pos[:, :, None], 0.0, -np.inf)
-        self._set_inputs(inp, tok, pos, kv_rows, mask[:, None].astype(np.float32))
+        """Run a decoder trunk graph over tokens (B, n) padded to its (gb, gn)."""
+        self._feed_inputs(inp, gn, gb, tokens, positions, np.asarray(batch_rows))
         self.backend.compute(graph)
+
+    def _feed_inputs(
+        self,
+        inp: graphs.DecoderInputs,
+        gn: int,
+        gb: int,
+        tokens: np.ndarray,
+        positions: np.ndarray,
+        batch_rows: np.ndarray,
+    ) -> None:
+        """Set a decoder graph's inputs for tokens (B, n) at positions (B, n), padded to the
+        graph's (gb, gn): padding repeats the last token at its own position (same K/V
+        bytes), spare batch rows compute into KV slots nobody reads."""
+        b, n = tokens.shape
+        tok = np.concatenate([tokens, np.repeat(tokens[:, -1:], gn - n, axis=1)], axis=1)
+        pos = np.concatenate([positions, np.repeat(positions[:, -1:], gn - n, axis=1)], axis=1)
+        if b < gb:
+            tok = np.concatenate([tok, np.repeat(tok[:1], gb - b, axis=0)])
+            pos = np.concatenate([pos, np.repeat(pos[:1], gb - b, axis=0)])
+            batch_rows = np.concatenate([batch_rows, np.arange(b, gb)])
+        t_ctx = self.dims.n_text_ctx
+        kv_rows = batch_rows[:, None] * t_ctx + pos
+        mask = np.where(np.arange(t_ctx)[None, None, :] <= pos[:, :, None], 0.0, -np.inf)
+        self._set_inputs(inp, tok, pos, kv_rows, mask[:, None].astype(np.float32))
 
     def _set_inputs(
         self,
