@@ -13,7 +13,8 @@ median of --repeats (--long-repeats for the long file), and the table so far is 
 stderr after every round. Audio is decoded once here and handed over as float32 samples (decoding is
 never timed). Settings are alike: English, 2 threads, temperature fallback, best_of 5,
 greedy (beam 1) or beam 5, no VAD, no word timestamps. Ratios are tensorplan / peer at the
-same beam, the median of the per-round ratios: above 1 means tensorplan is slower.
+same beam and precision (tensorplan int8 against the int8 peer, tensorplan float32 against
+the others), the median of the per-round ratios: above 1 means tensorplan is slower.
 OMP_WAIT_POLICY defaults to PASSIVE: on a shared, oversubscribed machine spinning OpenMP
 threads (whisper.cpp, CTranslate2, torch) otherwise lose most of their time (whisper.cpp's
 jfk.wav: ~3.6 s passive, 11-19 s spinning, at load 8 on 2 cores); set it yourself to override.
@@ -47,6 +48,7 @@ JFK = ROOT / "samples" / "jfk.wav"
 THREADS = 2
 IMPLEMENTATIONS = {  # name → module that must be importable
     "tensorplan": "tensorplan",
+    "tensorplan int8": "tensorplan",
     "faster-whisper int8": "faster_whisper",
     "faster-whisper fp32": "faster_whisper",
     "openai-whisper": "whisper",
@@ -59,10 +61,11 @@ GOLDEN = "and so my fellow americans ask not what your country can do for you as
 # ---- workers (child processes) ---------------------------------------------------------------
 def load(name: str, beam: int, files: dict[str, str]) -> Any:
     """Load `name`; returns transcribe(samples) -> text."""
-    if name == "tensorplan":
+    if name.startswith("tensorplan"):
         from tensorplan.whisper.api import load_model
 
-        tp = load_model(files["ct2"], max_batch=5)
+        tp = load_model(files["ct2"], max_batch=5,
+                        compute_type="int8" if name.endswith("int8") else "float32")
         return lambda a: tp.transcribe(a, beam_size=beam if beam > 1 else None).text
     if name.startswith("faster-whisper"):
         from faster_whisper import WhisperModel
@@ -252,7 +255,9 @@ def check(w: Worker, labels: list[str]) -> str:
 def report(workers: list[Worker], labels: list[str]) -> str:
     from tensorplan.commands.plan import table
 
-    ours = {w.beam: w for w in workers if w.name == "tensorplan" and w.error is None}
+    # a peer is compared with tensorplan at its own precision: int8 with int8
+    ours = {(w.name.endswith("int8"), w.beam): w for w in workers
+            if w.name.startswith("tensorplan") and w.error is None}
     head = ["implementation", "beam", "load s", *[f"{x} s" for x in labels],
             *[f"tp/peer {x}" for x in labels], "peak RSS MB", "notes"]
     rows = []
@@ -262,7 +267,7 @@ def report(workers: list[Worker], labels: list[str]) -> str:
                          f"skipped: {w.error}"])
             continue
         med = [_median(w.times.get(x)) for x in labels]
-        tp = ours.get(w.beam)
+        tp = ours.get((w.name.endswith("int8"), w.beam))
         ratios = [_paired_ratio(tp.times.get(x), w.times.get(x)) if tp else float("nan")
                   for x in labels]
         rows.append([w.name, str(w.beam), f"{w.load_s:.2f}", *[f"{m:.2f}" for m in med],
@@ -283,7 +288,7 @@ def _paired_ratio(ours: list[float] | None, theirs: list[float] | None) -> float
 
 
 def run(args: argparse.Namespace) -> int:
-    names = ["tensorplan"] if args.smoke else list(IMPLEMENTATIONS)
+    names = ["tensorplan", "tensorplan int8"] if args.smoke else list(IMPLEMENTATIONS)
     skipped = {n: why for n in names if (why := missing(n)) is not None}
     beams = (1,) if args.smoke else (1, 5)
     with tempfile.TemporaryDirectory(prefix="peers-") as tmp:

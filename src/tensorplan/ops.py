@@ -32,6 +32,7 @@ SOFTMAX = Op("softmax", inplace=True)
 LAYER_NORM = Op("layer_norm", inplace=True)
 RMS_NORM = Op("rms_norm", inplace=True)
 MATMUL = Op("matmul")
+QMATMUL = Op("qmatmul")  # float activations times an int8 weight with per-row scales
 IM2COL = Op("im2col")
 CONCAT = Op("concat")
 GET_ROWS = Op("get_rows")
@@ -51,8 +52,8 @@ POOL2D = Op("pool2d")
 
 ALL_OPS: tuple[Op, ...] = (
     ADD, SUB, MUL, DIV, SCALE, NEG, EXP, SQRT, TANH, GELU, SILU, RELU, SOFTMAX, LAYER_NORM,
-    RMS_NORM, MATMUL, IM2COL, CONCAT, GET_ROWS, CONT, CAST, MEAN, ARGMAX, COPY_INTO, SET_ROWS, VIEW,
-    RESHAPE, PERMUTE, CONV2D, POOL2D,
+    RMS_NORM, MATMUL, QMATMUL, IM2COL, CONCAT, GET_ROWS, CONT, CAST, MEAN, ARGMAX, COPY_INTO,
+    SET_ROWS, VIEW, RESHAPE, PERMUTE, CONV2D, POOL2D,
 )  # fmt: skip
 
 
@@ -233,6 +234,20 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, name: str = ""
     """x @ weight.T + bias, with weight in PyTorch's (out_features, in_features) layout."""
     y = matmul(x, weight, transpose_b=True, name=f"{name}.mm" if name else "")
     return add(y, bias, name=name) if bias is not None else y
+
+
+def qmatmul(a: Tensor, q: Tensor, scale: Tensor, name: str = "") -> Tensor:
+    """a (..., M, K) @ (q * scale[:, None]).T: q (N, K) an int8 weight in PyTorch's
+    (out, in) layout, scale (N,) its per-row float32 scales. The float32 result is that
+    of the dequantized weight; a backend may also quantize `a` per call (the torch one
+    does, as CTranslate2's int8 does), which adds its own rounding."""
+    if a.ndim < 2 or q.ndim != 2 or q.dtype != dt.int8:
+        raise ValueError(f"qmatmul needs a (..., M, K) and an int8 (N, K), got {a.shape}, "
+                         f"{q.dtype} {q.shape}")
+    if a.shape[-1] != q.shape[1]:
+        raise ValueError(f"qmatmul: inner dims differ: {a.shape} @ {q.shape}^T")
+    _check_vector(scale, q.shape[0], "qmatmul scale")
+    return _node(QMATMUL, (*a.shape[:-1], q.shape[0]), a.dtype, (a, q, scale), name)
 
 
 def im2col(x: Tensor, kernel: int, stride: int = 1, padding: int = 0, name: str = "") -> Tensor:

@@ -38,14 +38,27 @@ def tiny_weights():
 _MODELS: dict[str, object] = {}
 
 
+def _has_torch() -> bool:
+    from tensorplan.backends import torch_cpu
+
+    return torch_cpu.available()
+
+
+# every backend this machine has; "auto" (torch when installed) is what users get
+BACKEND_NAMES = ["numpy", *(["torch"] if _has_torch() else [])]
+
+
 @pytest.fixture(scope="session")
 def tiny_model_factory():
-    """load_model("tiny.en", plan=...) cached per plan mode for the session."""
+    """load_model("tiny.en", plan=..., backend=..., compute_type=...) cached for the session."""
     from tensorplan.whisper.api import load_model
 
-    def get(plan: str = "joint"):
-        if plan not in _MODELS:
-            _MODELS[plan] = load_model("tiny.en", plan=plan)
-        return _MODELS[plan]
+    def get(plan: str = "joint", backend: str = "auto", compute_type: str = "float32"):
+        key = (plan, backend, compute_type)
+        if key not in _MODELS:
+            _MODELS[key] = load_model(
+                "tiny.en", plan=plan, backend=backend, compute_type=compute_type
+            )
+        return _MODELS[key]
 
     return get

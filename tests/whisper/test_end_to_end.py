@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import JFK_TEXT, normalize
+from conftest import BACKEND_NAMES, JFK_TEXT, normalize
 from reference_forward import Reference
 
 from tensorplan.pipeline import PLAN_MODES
@@ -34,11 +34,12 @@ def test_plan_modes_give_identical_tokens(tiny_model_factory, jfk_audio):
     assert all(t == first for t in tokens.values())
 
 
-@pytest.fixture(scope="module")
-def first_window(tiny_model_factory, jfk_audio):
+@pytest.fixture(scope="module", params=BACKEND_NAMES)
+def first_window(request, tiny_model_factory, jfk_audio):
+    """The jfk window encoded, once per backend: the float64 checks below hold for each."""
     from tensorplan.whisper.audio import log_mel_spectrogram
 
-    model = tiny_model_factory("joint").model
+    model = tiny_model_factory("joint", backend=request.param).model
     mel = log_mel_spectrogram(jfk_audio, n_mels=80, padding=480_000)[:, :3000]
     model.encode(np.ascontiguousarray(mel))
     return model, mel

@@ -240,6 +240,21 @@ def matmul(out: np.ndarray, srcs: Sequence[np.ndarray], params: Mapping[str, Any
         np.matmul(a, np.swapaxes(wide, -1, -2) if transpose_b else wide, out=out[..., cols])
 
 
+def qmatmul(out: np.ndarray, srcs: Sequence[np.ndarray], params: Mapping[str, Any]) -> None:
+    """a @ (q * scale[:, None]).T, the int8 weight dequantized WIDEN_BLOCK elements at a
+    time into scratch (the reference: exact for the dequantized weight)."""
+    a, q, scale = srcs
+    threads.for_product(out.size * a.shape[-1])
+    n, k = q.shape
+    step = max(1, WIDEN_BLOCK // max(k, 1))
+    scratch = _Scratch(min(step, n) * k, out.dtype)
+    for j in range(0, n, step):
+        cols = slice(j, min(j + step, n))
+        wide = scratch.take((cols.stop - j, k))
+        np.multiply(q[cols], scale[cols, None], out=wide)
+        np.matmul(a, wide.T, out=out[..., cols])
+
+
 def _valid(n_out: int, n_in: int, k: int, stride: int, pad: int) -> tuple[int, int]:
     """[lo, hi): the outputs i whose input index i * stride + k - pad lies in [0, n_in)."""
     lo = min(n_out, max(0, -((k - pad) // stride)))
@@ -399,6 +414,7 @@ KERNELS: dict[str, Kernel] = {
     "layer_norm": layer_norm,
     "rms_norm": rms_norm,
     "matmul": matmul,
+    "qmatmul": qmatmul,
     "im2col": im2col,
     "concat": concat,
     "get_rows": get_rows,

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from tensorplan import dtype as dt
-from tensorplan.backends.kernels import KERNELS, Kernel, executes
+from tensorplan.backends.kernels import KERNELS, executes
 from tensorplan.dtype import DType
 from tensorplan.graph import Graph
 from tensorplan.tensor import Flag, Tensor
@@ -131,7 +131,7 @@ class ViewCache:
         return arr
 
 
-class _Program:
+class Program:
     """A graph's kernels bound to its tensors' views; re-bound when the plan moved them."""
 
     def __init__(self, graph: Graph) -> None:
@@ -143,24 +143,25 @@ class _Program:
         self.tensors = list(tensors)
         self.views = ViewCache()
         self.bound_to: list[tuple[NumpyBuffer, int]] | None = None
-        self.steps: list[tuple[Kernel, np.ndarray, list[np.ndarray], dict[str, Any]]] = []
+        self.steps: list[tuple[Any, Any, list[Any], Any]] = []
 
     def run(self) -> None:
         where = [placement(t) for t in self.tensors]
         if where != self.bound_to:
-            self.steps = [
-                (
-                    KERNELS[n.op.name],
-                    self.views.array(n),
-                    [self.views.array(s) for s in n.srcs],
-                    n.params,
-                )
-                for n in self.nodes
-                if n.op is not None
-            ]
+            self.steps = [self.step(n) for n in self.nodes]
             self.bound_to = where
         for kernel, out, srcs, params in self.steps:
             kernel(out, srcs, params)
+
+    def step(self, n: Tensor) -> tuple[Any, Any, list[Any], Any]:
+        """(kernel, out, srcs, params) running node n over its current views."""
+        assert n.op is not None
+        return (
+            KERNELS[n.op.name],
+            self.views.array(n),
+            [self.views.array(s) for s in n.srcs],
+            n.params,
+        )
 
 
 # ---- the backend ---------------------------------------------------------------------------
@@ -168,7 +169,7 @@ class NumpyBackend:
     def __init__(self, buffer_type: NumpyBufferType | None = None) -> None:
         self.buffer_type = buffer_type or NumpyBufferType()
         self._loose = ViewCache(limit=64)  # for set/get/array outside compute
-        self._programs: weakref.WeakKeyDictionary[Graph, _Program] = weakref.WeakKeyDictionary()
+        self._programs: weakref.WeakKeyDictionary[Graph, Program] = weakref.WeakKeyDictionary()
 
     @property
     def views_made(self) -> int:
@@ -213,5 +214,9 @@ class NumpyBackend:
     def compute(self, graph: Graph) -> None:
         program = self._programs.get(graph)
         if program is None:
-            program = self._programs[graph] = _Program(graph)
+            program = self._programs[graph] = self.program(graph)
         program.run()
+
+    def program(self, graph: Graph) -> Program:
+        """How this backend runs `graph` (subclasses bind other kernels)."""
+        return Program(graph)

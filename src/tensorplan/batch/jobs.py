@@ -116,6 +116,8 @@ class ModelSpec:
     max_batch: int = 5
     kv_dtype: str = "float32"
     weights_dtype: str = "float32"
+    compute_type: str = "float32"
+    backend: str = "auto"
     # None: tensorplan.whisper.api.load_model. Tests put a module-level fake here; it must
     # return an object with `transcribe(samples, options) -> TranscriptionResult`.
     loader: Callable[[ModelSpec], Any] | None = None
@@ -127,7 +129,8 @@ class ModelSpec:
 
         return load_model(self.name, plan=self.plan, strategy=self.strategy,
                           max_batch=self.max_batch, kv_dtype=self.kv_dtype,
-                          weights_dtype=self.weights_dtype)
+                          weights_dtype=self.weights_dtype, compute_type=self.compute_type,
+                          backend=self.backend)
 
 
 @dataclass(frozen=True, slots=True)

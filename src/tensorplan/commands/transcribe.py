@@ -76,6 +76,20 @@ def register(sub: Any) -> None:
         help="float16 keeps the encoder's weight matrices as stored (less memory, slower)",
     )
     p.add_argument(
+        "--compute-type",
+        choices=("float32", "int8"),
+        default="float32",
+        help="int8: the decoder's matrices as int8 with per-row scales, as faster-whisper's "
+        "int8 (faster decoding, near-identical text); float32 computes as the reference",
+    )
+    p.add_argument(
+        "--backend",
+        choices=("auto", "numpy", "torch"),
+        default="auto",
+        help="kernels: numpy (the reference), torch (PyTorch's CPU kernels over the same plan, "
+        "needs tensorplan[torch]); auto picks torch when it is installed",
+    )
+    p.add_argument(
         "--verbose",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -150,6 +164,8 @@ def run(args: argparse.Namespace) -> int:
         max_batch=max_batch(options),
         kv_dtype=args.kv_dtype,
         weights_dtype=args.weights_dtype,
+        compute_type=args.compute_type,
+        backend=args.backend,
     )
     failed = 0
     for path in paths:
@@ -195,6 +211,8 @@ def run_batch_command(args: argparse.Namespace, options: Any) -> int:
         max_batch=max_batch(options),
         kv_dtype=args.kv_dtype,
         weights_dtype=args.weights_dtype,
+        compute_type=args.compute_type,
+        backend=args.backend,
     )
 
     def make_pool(n_files: int) -> batch.Pool:

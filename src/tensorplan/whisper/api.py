@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from tensorplan.backends import make_backend
 from tensorplan.errors import ModelError
 from tensorplan.whisper.formats import load_model_files
 from tensorplan.whisper.model import WhisperModel
@@ -70,17 +71,24 @@ class Whisper:
 
 def load_model(name_or_path: str | os.PathLike[str] = DEFAULT_MODEL, *, plan: str = "joint",
                strategy: str = "offline", max_batch: int = 5, kv_dtype: str = "float32",
-               weights_dtype: str = "float32") -> Whisper:
+               weights_dtype: str = "float32", compute_type: str = "float32",
+               backend: str = "auto") -> Whisper:
     """Load a CTranslate2 Whisper model by name ("tiny.en", "base", "small") or directory.
 
     max_batch: the most sequences decoded together (beam size, best-of); sizes the KV cache.
     kv_dtype / weights_dtype: "float16" halves the KV caches / keeps the encoder's weight
     matrices as stored, for less memory at some speed.
+    compute_type: "int8" keeps the decoder's matrices as int8 with per-row scales (a
+    quarter of the bytes read per token; the torch backend runs them with FBGEMM), as
+    faster-whisper's int8; "float32" (default) computes as the reference does.
+    backend: "numpy" (the reference), "torch" (PyTorch's CPU kernels over the same plan,
+    faster; needs tensorplan[torch]) or "auto" (torch when installed).
     """
     weights, tokenizer = load_model_files(name_or_path)  # CT2 dir, openai .pt or ggml .bin
     if len(tokenizer.vocab) != weights.dims.n_vocab:
         raise ModelError(f"{name_or_path}: the tokenizer has {len(tokenizer.vocab)} tokens but "
                          f"the model's vocabulary has {weights.dims.n_vocab}")
     model = WhisperModel(weights, tokenizer, weights.config, plan=plan, strategy=strategy,
-                         max_batch=max_batch, kv_dtype=kv_dtype, weights_dtype=weights_dtype)
+                         max_batch=max_batch, kv_dtype=kv_dtype, weights_dtype=weights_dtype,
+                         compute_type=compute_type, backend=make_backend(backend))
     return Whisper(model, os.fspath(name_or_path))

@@ -46,20 +46,36 @@ def _merge_heads(t: Tensor, name: str) -> Tensor:
     return ops.reshape(ops.cont(ops.permute(t, (0, 2, 1, 3)), name=name), (b * n, h * dh))
 
 
+def _linear(x: Tensor, p: Params, prefix: str, name: str) -> Tensor:
+    """x @ W.T + b for the weights under `prefix`; an int8 W (compute type int8) comes
+    with its per-row scales as f"{prefix}/weight_scale"."""
+    w, b = p(f"{prefix}/weight"), p(f"{prefix}/bias")
+    if w.dtype == dt.int8:
+        y = ops.qmatmul(x, w, p(f"{prefix}/weight_scale"), name=f"{name}.mm")
+    else:
+        y = ops.matmul(x, w, transpose_b=True, name=f"{name}.mm")
+    return ops.add(y, b, name=name)
+
+
+def _embed(p: Params, name: str, ids: Tensor) -> Tensor:
+    """Rows `ids` of embedding table `name` as float32 (an int8 table: times its scales)."""
+    table = p(name)
+    if table.dtype != dt.int8:
+        return ops.get_rows(table, ids, name="tok_emb")
+    scale = p(f"{name}_scale")
+    rows = ops.cast(ops.get_rows(table, ids), dt.float32)
+    scales = ops.get_rows(ops.reshape(scale, (scale.shape[0], 1)), ids)  # (n, 1)
+    return ops.mul(rows, scales, name="tok_emb")
+
+
 def _layer_norm(x: Tensor, p: Params, prefix: str) -> Tensor:
     return ops.layer_norm(x, p(f"{prefix}/gamma"), p(f"{prefix}/beta"), eps=1e-5, name=prefix)
 
 
 def _mlp(x: Tensor, p: Params, prefix: str) -> Tensor:
     h = _layer_norm(x, p, f"{prefix}/layer_norm")
-    h = ops.gelu(
-        ops.linear(
-            h, p(f"{prefix}/linear_0/weight"), p(f"{prefix}/linear_0/bias"), name=f"{prefix}/fc1"
-        )
-    )
-    h = ops.linear(
-        h, p(f"{prefix}/linear_1/weight"), p(f"{prefix}/linear_1/bias"), name=f"{prefix}/fc2"
-    )
+    h = ops.gelu(_linear(h, p, f"{prefix}/linear_0", f"{prefix}/fc1"))
+    h = _linear(h, p, f"{prefix}/linear_1", f"{prefix}/fc2")
     return ops.add(x, h, name=f"{prefix}/residual")
 
 
@@ -86,9 +102,7 @@ def _encoder_attention(h: Tensor, p: Params, prefix: str, n_head: int) -> Tensor
     """Self-attention one head at a time, so only one (A, A) score matrix is ever live."""
     n_ctx, d = h.shape
     dh = d // n_head
-    qkv = ops.linear(
-        h, p(f"{prefix}/linear_0/weight"), p(f"{prefix}/linear_0/bias"), name=f"{prefix}/qkv"
-    )  # (A, 3d)
+    qkv = _linear(h, p, f"{prefix}/linear_0", f"{prefix}/qkv")  # (A, 3d)
     heads = []
     for i in range(n_head):
         q = _columns(qkv, i * dh, dh)
@@ -98,9 +112,7 @@ def _encoder_attention(h: Tensor, p: Params, prefix: str, n_head: int) -> Tensor
         probs = ops.softmax(scores, scale=dh**-0.5)
         heads.append(ops.matmul(probs, v, name=f"{prefix}/head{i}"))  # (A, dh)
     o = ops.concat(heads, axis=1, name=f"{prefix}/heads")  # (A, d)
-    return ops.linear(
-        o, p(f"{prefix}/linear_1/weight"), p(f"{prefix}/linear_1/bias"), name=f"{prefix}/out"
-    )
+    return _linear(o, p, f"{prefix}/linear_1", f"{prefix}/out")
 
 
 def build_encoder(p: Params, dims: Dims, x: Tensor) -> Tensor:
@@ -169,9 +181,7 @@ def _self_attention(
     n_head: int,
 ) -> Tensor:
     d = h.shape[1]
-    qkv = ops.linear(
-        h, p(f"{prefix}/linear_0/weight"), p(f"{prefix}/linear_0/bias"), name=f"{prefix}/qkv"
-    )  # (B*N, 3d)
+    qkv = _linear(h, p, f"{prefix}/linear_0", f"{prefix}/qkv")  # (B*N, 3d)
     caches = []
     for j, cache in enumerate(kv_cache):  # cache (B_max*T, d) flattened rows
         rows = ops.view(cache, (n_batch * inp.mask.shape[-1], d))  # this batch's slots
@@ -185,9 +195,7 @@ def _self_attention(
     probs = ops.softmax(scores, inp.mask, scale=(d // n_head) ** -0.5)
     o = ops.matmul(probs, caches[1], name=f"{prefix}/attn")  # (B, H, N, dh)
     o = _merge_heads(o, f"{prefix}/merge")
-    return ops.linear(
-        o, p(f"{prefix}/linear_1/weight"), p(f"{prefix}/linear_1/bias"), name=f"{prefix}/out"
-    )
+    return _linear(o, p, f"{prefix}/linear_1", f"{prefix}/out")
 
 
 def _cross_attention(
@@ -201,9 +209,7 @@ def _cross_attention(
 ) -> tuple[Tensor, Tensor]:
     """Returns (output (B*N, d), pre-softmax scores (B, H, N, A))."""
     d = h.shape[1]
-    q = ops.linear(
-        h, p(f"{prefix}/linear_0/weight"), p(f"{prefix}/linear_0/bias"), name=f"{prefix}/q"
-    )
+    q = _linear(h, p, f"{prefix}/linear_0", f"{prefix}/q")
     q = _split_heads(q, 0, n_batch, n_tok, n_head, d)
     n_audio = kv[0].shape[0]
     k = _split_heads(kv[0], 0, 1, n_audio, n_head, d)  # (1, H, A, dh), shared by all beams
@@ -211,10 +217,7 @@ def _cross_attention(
     scores = ops.matmul(q, k, transpose_b=True, name=f"{prefix}/scores")  # (B, H, N, A)
     probs = ops.softmax(scores, scale=(d // n_head) ** -0.5)
     o = _merge_heads(ops.matmul(probs, v, name=f"{prefix}/attn"), f"{prefix}/merge")
-    out = ops.linear(
-        o, p(f"{prefix}/linear_2/weight"), p(f"{prefix}/linear_2/bias"), name=f"{prefix}/out"
-    )
-    return out, scores
+    return _linear(o, p, f"{prefix}/linear_2", f"{prefix}/out"), scores
 
 
 def build_decoder_trunk(
@@ -229,7 +232,7 @@ def build_decoder_trunk(
     """tokens of B sequences, N new each -> (hidden (B*N, d) before the final norm,
     per layer the cross-attention scores QK^T (B, H, N, A), unscaled and pre-softmax)."""
     x = ops.add(
-        ops.get_rows(p("decoder/embeddings/weight"), inp.tokens, name="tok_emb"),
+        _embed(p, "decoder/embeddings/weight", inp.tokens),
         ops.get_rows(p("decoder/position_encodings/encodings"), inp.positions, name="pos_emb"),
         name="embd",
     )  # (B*N, d)
@@ -255,9 +258,11 @@ def build_head(p: Params, x: Tensor, logit_rows: Tensor) -> Tensor:
     """hidden (B*N, d) -> logits (R, V) of the requested rows only (tied embeddings)."""
     x = ops.get_rows(x, logit_rows, name="logit_rows")  # (R, d)
     x = _layer_norm(x, p, "decoder/layer_norm")
-    return ops.matmul(
-        x, p("decoder/embeddings/weight"), transpose_b=True, name="logits"
-    ).set_output()  # (R, V)
+    table = p("decoder/embeddings/weight")
+    if table.dtype == dt.int8:
+        scale = p("decoder/embeddings/weight_scale")
+        return ops.qmatmul(x, table, scale, name="logits").set_output()  # (R, V)
+    return ops.matmul(x, table, transpose_b=True, name="logits").set_output()  # (R, V)
 
 
 def build_decoder(

@@ -9,6 +9,7 @@ reused: decoding a token re-plans nothing and allocates no tensor-sized arrays.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -64,6 +65,40 @@ class Alignment:
 
 HEAD_ROWS = 32  # logits rows per run of the alignment head graph
 
+# "int8": the decoder's matrices (the token embedding, tied to the logits, and every
+# layer's projections) as int8 with one scale per row, as faster-whisper's int8. They
+# are read whole for every token, so a token reads a quarter of the bytes. The encoder's
+# and the cross K/V's products (1500 rows) stay float32: int8 was no faster there
+# (FBGEMM, measured) and costs accuracy.
+COMPUTE_TYPES = ("float32", "int8")
+_QUANTIZED = re.compile(
+    r"decoder/(embeddings/weight"
+    r"|layer_\d+/(self_attention/linear_[01]|attention/linear_[02]|ffn/linear_[01])/weight)$"
+)
+
+
+def _quantized(name: str) -> bool:
+    return _QUANTIZED.fullmatch(name) is not None
+
+
+def quantize_rows(w: np.ndarray, block: int = 4096) -> tuple[np.ndarray, np.ndarray]:
+    """w (N, K) -> (q int8 (N, K), scale float32 (N,)) with w ~ q * scale[:, None],
+    symmetric per row: scale = max |w_row| / 127 (1 for an all-zero row). Works `block`
+    rows at a time, so a float16 table is never widened whole (the 51864-row embedding
+    would take 80 MB of float32 at load)."""
+    q = np.empty(w.shape, np.int8)
+    scale = np.empty(w.shape[0], np.float32)
+    for i in range(0, w.shape[0], block):
+        rows = np.array(w[i : i + block], np.float32)  # a copy: w is not ours to scale
+        peak = np.abs(rows).max(axis=1)
+        s = np.where(peak > 0, peak / 127, 1).astype(np.float32)
+        rows /= s[:, None]
+        np.rint(rows, out=rows)
+        np.clip(rows, -127, 127, out=rows)
+        q[i : i + block] = rows
+        scale[i : i + block] = s
+    return q, scale
+
 
 class WhisperModel:
     """One model, one backend, one plan per graph shape."""
@@ -79,6 +114,7 @@ class WhisperModel:
         max_batch: int = 5,
         kv_dtype: str = "float32",
         weights_dtype: str = "float32",
+        compute_type: str = "float32",
         backend: NumpyBackend | None = None,
     ) -> None:
         self.weights, self.tokenizer, self.config = weights, tokenizer, config
@@ -90,6 +126,9 @@ class WhisperModel:
         if kv_dtype not in ("float32", "float16") or weights_dtype not in ("float32", "float16"):
             raise ValueError("kv_dtype and weights_dtype must be float32 or float16")
         self.kv_dtype, self.weights_dtype = kv_dtype, weights_dtype
+        if compute_type not in COMPUTE_TYPES:
+            raise ValueError(f"compute_type must be one of {', '.join(COMPUTE_TYPES)}")
+        self.compute_type = compute_type
         self._params: dict[str, Tensor] = {}
         self.kv_self = self._make_kv_self(max_batch)
         self._build()
@@ -97,8 +136,18 @@ class WhisperModel:
     # ---- weights and persistent tensors ------------------------------------------------
     def param(self, name: str) -> Tensor:
         """A weight as a PARAM leaf: float32, or as stored (float16) for the encoder's
-        weights when `weights="float16"` (its 1500-row products hide the widening)."""
+        weights when `weights="float16"` (its 1500-row products hide the widening), or
+        int8 with per-row scales (f"{name}_scale") for the decoder's token-by-token
+        matrices when compute_type="int8"."""
         t = self._params.get(name)
+        if t is None and self.compute_type == "int8":
+            base = name.removesuffix("_scale")
+            if _quantized(base):
+                q, scale = quantize_rows(self.weights.get(base))
+                self.weights.model.release(base)
+                self._params[base] = self.backend.param(q, base)
+                self._params[f"{base}_scale"] = self.backend.param(scale, f"{base}_scale")
+                return self._params[name]
         if t is None:
             arr = self.weights.get(name)
             keep = (

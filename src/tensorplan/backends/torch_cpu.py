@@ -1,0 +1,140 @@
+"""The PyTorch CPU backend: NumpyBackend's buffers, views and plans, PyTorch's kernels.
+
+Buffers are the same aligned uint8 arrays, so plans, weights and persistent tensors are
+interchangeable with NumpyBackend; each planned numpy view is wrapped once per plan as a
+torch tensor sharing its bytes (torch.from_numpy), and a node runs its torch kernel into
+that tensor. Nodes PyTorch has no kernel for, or whose dtypes its kernel does not take,
+run their numpy kernel over the plain views. numpy stays the reference: tests compare
+the two backends node by node and end to end.
+
+Needs the optional dependency: pip install 'tensorplan[torch]' (the CPU build).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+
+from tensorplan.backends.numpy_cpu import NumpyBackend, NumpyBufferType, Program
+from tensorplan.graph import Graph
+from tensorplan.tensor import Tensor
+
+try:
+    import torch
+
+    from tensorplan.backends.torch_kernels import ANY_DTYPE, TORCH_KERNELS, pack_int8
+except ImportError:  # pragma: no cover - exercised where torch is absent
+    torch = None  # type: ignore[assignment]
+
+
+def available() -> bool:
+    return torch is not None
+
+
+def _as_torch(arr: np.ndarray) -> Any:
+    with warnings.catch_warnings():  # weights may be read-only; kernels never write srcs
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(arr)
+
+
+class TorchProgram(Program):
+    def __init__(self, graph: Graph, backend: TorchBackend) -> None:
+        super().__init__(graph)
+        self.backend = backend
+        self.min_matmul_rows = backend.min_matmul_rows
+
+    def step(self, n: Tensor) -> tuple[Any, Any, list[Any], Any]:
+        assert n.op is not None
+        name = n.op.name
+        kernel = TORCH_KERNELS.get(name)
+        few_rows = name == "matmul" and _rows(n) < self.min_matmul_rows
+        if kernel is None or not _takes(n) or few_rows:
+            return super().step(n)
+        out = self.views.array(n)
+        srcs = [self.views.array(s) for s in n.srcs]
+        params = dict(n.params)
+        if name == "layer_norm":  # mean and 1/std per row: scratch kept with the step
+            rows = out.shape[:-1] + (1,)
+            params["_stats"] = (torch.empty(rows), torch.empty(rows))
+        if name == "qmatmul":
+            params["_packed"] = self.backend.packed(n.srcs[1], srcs[1], srcs[2])
+        threads = self.backend.threads if n.size >= PARALLEL_MIN else 1
+        return _on_threads(kernel, threads), _as_torch(out), [_as_torch(s) for s in srcs], params
+
+
+# Nodes smaller than this run PyTorch on one thread. PyTorch splits even a 1536-element
+# gelu across its OpenMP threads, and waking them costs more than the work: 100 us per
+# tiny op with passive waiting (which __init__.py sets so idle threads leave the cores to
+# OpenBLAS), 12 us on one thread (measured; an add of 384 floats took 1.8 us either way).
+PARALLEL_MIN = 1 << 15
+
+_threads_now = [0]
+
+
+def _on_threads(kernel: Any, n: int) -> Any:
+    """kernel, run with PyTorch's intra-op thread count set to n (0.2 us per change)."""
+
+    def run(out: Any, srcs: Any, params: Any) -> None:
+        if _threads_now[0] != n:
+            torch.set_num_threads(n)
+            _threads_now[0] = n
+        kernel(out, srcs, params)
+
+    return run
+
+
+# Products of fewer rows run numpy's: a few rows times a weight is a matrix-vector
+# product that reads the weight once, and OpenBLAS's is more than twice as fast as
+# PyTorch's (1 x 384 times the 51864 x 384 embedding: 2.8 ms against 7.0).
+MIN_MATMUL_ROWS = 32
+
+
+def _rows(n: Tensor) -> int:
+    """Rows of a product's output (all axes but the last, batch axes included)."""
+    return n.size // max(n.shape[-1], 1) if n.shape else 1
+
+
+def _takes(n: Tensor) -> bool:
+    """Whether n's torch kernel handles its dtypes: float32 throughout, or data movement."""
+    assert n.op is not None
+    if n.op.name in ANY_DTYPE:
+        return True
+    if n.op.name == "qmatmul":  # float32 activations, an int8 weight, float32 scales
+        a, q, scale = n.srcs
+        return a.dtype.name == scale.dtype.name == n.dtype.name == "float32"
+    return all(t.dtype.name == "float32" for t in (n, *n.srcs))
+
+
+class TorchBackend(NumpyBackend):
+    """NumpyBackend with PyTorch's CPU kernels for the ops in torch_kernels.TORCH_KERNELS.
+
+    min_matmul_rows: products with fewer output rows run numpy's kernel (0: none do).
+    """
+
+    def __init__(
+        self, buffer_type: NumpyBufferType | None = None, min_matmul_rows: int = MIN_MATMUL_ROWS
+    ) -> None:
+        if torch is None:
+            raise ImportError(
+                "the torch backend needs PyTorch: pip install 'tensorplan[torch]'"
+            )
+        super().__init__(buffer_type)
+        self.min_matmul_rows = min_matmul_rows
+        self.threads = max(1, torch.get_num_threads())  # what big nodes run on
+        # FBGEMM-packed int8 weights, shared by every graph: id(weight tensor) -> (the
+        # tensor, kept so its id is not reused, and its packed form)
+        self._packed: dict[int, tuple[Tensor, Any]] = {}
+
+    def program(self, graph: Graph) -> Program:
+        return TorchProgram(graph, self)
+
+    def packed(self, weight: Tensor, q: np.ndarray, scale: np.ndarray) -> Any:
+        """The packed form of int8 weight `weight` (values q, per-row scales), made once
+        per weight tensor: packing copies it into FBGEMM's blocked layout, so the weight
+        must be a constant (a PARAM, as Whisper's are)."""
+        hit = self._packed.get(id(weight))
+        if hit is None:
+            hit = self._packed[id(weight)] = (weight, pack_int8(_as_torch(q), _as_torch(scale)))
+        return hit[1]

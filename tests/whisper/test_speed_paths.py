@@ -1,0 +1,112 @@
+"""The fast paths against the reference: the torch backend (same plan, PyTorch's kernels)
+must give the numpy backend's tokens and logits; compute_type="int8" must keep the text
+and stay near the float32 logits, and its numpy kernel (the exact dequantized product)
+bounds the torch one's extra activation rounding."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.special
+from conftest import BACKEND_NAMES, JFK_TEXT, normalize
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from tensorplan.whisper.model import quantize_rows
+
+needs_torch = pytest.mark.skipif("torch" not in BACKEND_NAMES, reason="PyTorch not installed")
+
+
+def _rel_err(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.linalg.norm(got - want) / np.linalg.norm(want))
+
+
+def _first_logits(model, jfk_audio) -> tuple[np.ndarray, np.ndarray]:
+    """(encoder output, logits of the first and last prompt positions), jfk window."""
+    from tensorplan.whisper.audio import log_mel_spectrogram
+
+    m = model.model
+    mel = log_mel_spectrogram(jfk_audio, n_mels=80, padding=480_000)[:, :3000]
+    m.encode(np.ascontiguousarray(mel))
+    tok = m.tokenizer
+    prompt = [tok.sot, tok.no_timestamps, *tok.encode(" And so my fellow Americans ask")]
+    logits = m.inference(1).logits(np.array([prompt]), positions=[0, len(prompt) - 1])
+    return m.encoder_output(), logits[0]
+
+
+@needs_torch
+def test_torch_backend_gives_the_reference_tokens_and_logits(tiny_model_factory, jfk_audio):
+    ref = tiny_model_factory("joint", backend="numpy")
+    fast = tiny_model_factory("joint", backend="torch")
+    for beam in (None, 5):
+        want = ref.transcribe(jfk_audio, beam_size=beam)
+        got = fast.transcribe(jfk_audio, beam_size=beam)
+        assert [s.tokens for s in got.segments] == [s.tokens for s in want.segments]
+    enc_want, logits_want = _first_logits(ref, jfk_audio)
+    enc_got, logits_got = _first_logits(fast, jfk_audio)
+    assert _rel_err(enc_got, enc_want) <= 1e-4
+    assert _rel_err(logits_got, logits_want) <= 1e-4
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    hnp.arrays(
+        np.float32,
+        st.tuples(st.integers(1, 6), st.integers(1, 40)),
+        elements=st.floats(-1e4, 1e4, width=32),
+    )
+)
+def test_quantize_rows_rounds_each_row_to_half_a_step(w):
+    q, scale = quantize_rows(w)
+    assert q.dtype == np.int8 and scale.dtype == np.float32 and scale.shape == (w.shape[0],)
+    assert np.all(np.abs(q.astype(np.int32)) <= 127)
+    err = np.abs(q * scale[:, None].astype(np.float64) - w)
+    assert np.all(err <= scale[:, None] * (0.5 + 1e-3) + 1e-30)
+    peaked = np.abs(w).max(axis=1) > 0  # the largest entry of a nonzero row uses all 8 bits
+    assert np.all(np.abs(q[peaked]).max(axis=1) == 127)
+
+
+def _step_logits(model, jfk_audio) -> np.ndarray:
+    """Next-token logits (steps, V) decoding a jfk prompt one token at a time, as greedy
+    decoding runs."""
+    from tensorplan.whisper.audio import log_mel_spectrogram
+
+    m = model.model
+    m.encode(np.ascontiguousarray(log_mel_spectrogram(jfk_audio, 80, 480_000)[:, :3000]))
+    tok = m.tokenizer
+    prompt = [tok.sot, tok.no_timestamps, *tok.encode(" And so my fellow Americans ask not")]
+    inf = m.inference(1)
+    inf.logits(np.array([prompt[:2]]))
+    return np.stack([inf.logits(np.array([prompt[:n]]))[0, -1] for n in range(3, len(prompt))])
+
+
+def _kl(want: np.ndarray, got: np.ndarray) -> np.ndarray:
+    """KL(want || got) per row of logits: what the rounding costs the next-token choice
+    (a logit shift common to a row costs nothing, unlike in a relative error)."""
+    lw, lg = scipy.special.log_softmax(want, -1), scipy.special.log_softmax(got, -1)
+    return (np.exp(lw) * (lw - lg)).sum(-1)
+
+
+@pytest.mark.parametrize("backend", BACKEND_NAMES)
+def test_int8_keeps_the_text_and_the_next_token_choice(tiny_model_factory, jfk_audio, backend):
+    model = tiny_model_factory("joint", backend=backend, compute_type="int8")
+    result = model.transcribe(jfk_audio, beam_size=None)
+    assert normalize(result.text) == normalize(JFK_TEXT)
+    assert result.segments[-1].end == pytest.approx(11.0, abs=0.5)
+    want = _step_logits(tiny_model_factory("joint", backend=backend), jfk_audio)
+    got = _step_logits(model, jfk_audio)
+    # measured: KL 0.000-0.005 nats per step (numpy and torch alike); float32 vs torch 0
+    assert _kl(want, got).max() <= 0.02
+    assert (got.argmax(axis=-1) == want.argmax(axis=-1)).all()
+
+
+@needs_torch
+def test_int8_torch_kernel_stays_near_the_exact_dequantized_product(
+    tiny_model_factory, jfk_audio
+):
+    """numpy's qmatmul is exact for the int8 weights; FBGEMM adds 7-bit activations."""
+    exact = _step_logits(tiny_model_factory("joint", "numpy", "int8"), jfk_audio)
+    fast = _step_logits(tiny_model_factory("joint", "torch", "int8"), jfk_audio)
+    assert _kl(exact, fast).max() <= 0.02
+    assert (fast.argmax(axis=-1) == exact.argmax(axis=-1)).all()
