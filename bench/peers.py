@@ -20,6 +20,7 @@ threads (whisper.cpp, CTranslate2, torch) otherwise lose most of their time (whi
 jfk.wav: ~3.6 s passive, 11-19 s spinning, at load 8 on 2 cores); set it yourself to override.
 
     python bench/peers.py [--repeats 5] [--long-seconds 120] [--long-repeats N] [--json F]
+                          [--model base] [--beams 1]
     python bench/peers.py --smoke      # tensorplan only, jfk.wav once (CI)
 
 Run it with an interpreter that has the peers (see README "Performance").
@@ -184,18 +185,19 @@ def missing(name: str) -> str | None:
     return None
 
 
-def prepare(work: Path, names: list[str], long_s: float) -> tuple[dict[str, str],
-                                                                  dict[str, str]]:
-    """Model files for each implementation and the audio files (as .npy)."""
+def prepare(work: Path, names: list[str], long_s: float, model: str = "tiny.en"
+            ) -> tuple[dict[str, str], dict[str, str]]:  # fmt: skip
+    """Model files for each implementation (all from the same CTranslate2 `model`) and the
+    audio files (as .npy)."""
     from tensorplan.whisper.audio import load_audio
     from tensorplan.whisper.export import export_model
     from tensorplan.whisper.models import resolve_model
 
-    files = {"ct2": str(resolve_model("tiny.en"))}
+    files = {"ct2": str(resolve_model(model))}
     if "openai-whisper" in names:
-        files["openai"] = str(export_model(work / "tiny.en.pt", "openai"))
+        files["openai"] = str(export_model(work / f"{model}.pt", "openai", files["ct2"]))
     if "whisper.cpp" in names:
-        files["ggml"] = str(export_model(work / "ggml-tiny.en.bin", "ggml"))
+        files["ggml"] = str(export_model(work / f"ggml-{model}.bin", "ggml", files["ct2"]))
     jfk = load_audio(JFK)
     audio = {"jfk": jfk}
     if long_s > 0:
@@ -290,10 +292,10 @@ def _paired_ratio(ours: list[float] | None, theirs: list[float] | None) -> float
 def run(args: argparse.Namespace) -> int:
     names = ["tensorplan", "tensorplan int8"] if args.smoke else list(IMPLEMENTATIONS)
     skipped = {n: why for n in names if (why := missing(n)) is not None}
-    beams = (1,) if args.smoke else (1, 5)
+    beams = (1,) if args.smoke else tuple(int(b) for b in args.beams.split(","))
     with tempfile.TemporaryDirectory(prefix="peers-") as tmp:
         files, audio = prepare(Path(tmp), [n for n in names if n not in skipped],
-                               0 if args.smoke else args.long_seconds)
+                               0 if args.smoke else args.long_seconds, args.model)
         workers: list[Worker] = []
         with open(Path(tmp) / "workers.log", "w") as log:
             try:
@@ -306,7 +308,7 @@ def run(args: argparse.Namespace) -> int:
             finally:
                 for w in workers:
                     stop(w)
-        print(_machine())
+        print(f"{_machine()}, model {args.model}")
         print(report(workers, list(audio)))
     if args.json:
         rows = [{k: v for k, v in w.__dict__.items() if k != "proc"} for w in workers]
@@ -329,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--long-repeats", type=int, default=0,
                    help="timed runs of the long file (default: --repeats)")
     p.add_argument("--json", help="also write the raw results here")
+    p.add_argument("--model", default="tiny.en", help="tiny.en, base or small (installed)")
+    p.add_argument("--beams", default="1,5", help="beam sizes to run (comma list)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--beam", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--files", help=argparse.SUPPRESS)

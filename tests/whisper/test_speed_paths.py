@@ -110,3 +110,18 @@ def test_int8_torch_kernel_stays_near_the_exact_dequantized_product(
     fast = _step_logits(tiny_model_factory("joint", "torch", "int8"), jfk_audio)
     assert _kl(exact, fast).max() <= 0.02
     assert (fast.argmax(axis=-1) == exact.argmax(axis=-1)).all()
+
+
+def test_int8_holds_every_projection_as_int8(tiny_model_factory):
+    """A quarter of the bytes for the token embedding (tied to the logits) and every
+    layer's projections, the cross K/V's fused one included; the convolutions, norms and
+    biases stay float32."""
+    model = tiny_model_factory("joint", backend="numpy", compute_type="int8").model
+    dtypes = {name: t.dtype.name for name, t in model._params.items()}
+    for name in ("decoder/embeddings/weight", "decoder/layer_0/ffn/linear_1/weight",
+                 "decoder/layer_0/attention/linear_1/weight",
+                 "encoder/layer_0/self_attention/linear_0/weight"):
+        assert dtypes[name] == "int8", name
+        assert dtypes[f"{name}_scale"] == "float32", name
+    assert dtypes["encoder/conv1/weight"] == "float32"
+    assert dtypes["decoder/layer_0/ffn/linear_1/bias"] == "float32"

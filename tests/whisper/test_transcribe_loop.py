@@ -209,7 +209,7 @@ def test_multilingual_models_detect_the_language_on_the_first_window() -> None:
     model = FakeModel(tok, lambda q: respond(q) + (bias if q.content is None else 0))
     result = transcribe(model, mel(1000), GREEDY)
     assert result.language == "de" and result.language_probs is not None
-    assert len(model.encoded) == 2  # once to detect, once to decode
+    assert len(model.encoded) == 1  # detection encodes the first window; decoding reuses it
     assert model.sessions[-1].initial_tokens == [tok.sot, de, tok.transcribe]
     given = transcribe(FakeModel(tok, respond), mel(1000), dataclasses.replace(GREEDY,
                                                                                language="French"))

@@ -87,13 +87,16 @@ def _on_threads(kernel: Any, n: int) -> Any:
 
 # Products of fewer rows run numpy's: a few rows times a weight is a matrix-vector
 # product that reads the weight once, and OpenBLAS's is more than twice as fast as
-# PyTorch's (1 x 384 times the 51864 x 384 embedding: 2.8 ms against 7.0).
+# PyTorch's (1 x 384 times the 51864 x 384 embedding: 2.8 ms against 7.0). Batched
+# products count the rows of one product: PyTorch copied strided batches (a KV cache
+# split into heads) whole before multiplying, 4-6 ms per beam-search attention product
+# against numpy's 0.2.
 MIN_MATMUL_ROWS = 32
 
 
 def _rows(n: Tensor) -> int:
-    """Rows of a product's output (all axes but the last, batch axes included)."""
-    return n.size // max(n.shape[-1], 1) if n.shape else 1
+    """Rows of one product of a (batched) matmul: a 2-D one's, or a batch slice's."""
+    return n.shape[-2] if n.ndim >= 2 else 1
 
 
 def _takes(n: Tensor) -> bool:

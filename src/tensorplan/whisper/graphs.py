@@ -46,15 +46,28 @@ def _merge_heads(t: Tensor, name: str) -> Tensor:
     return ops.reshape(ops.cont(ops.permute(t, (0, 2, 1, 3)), name=name), (b * n, h * dh))
 
 
-def _linear(x: Tensor, p: Params, prefix: str, name: str) -> Tensor:
-    """x @ W.T + b for the weights under `prefix`; an int8 W (compute type int8) comes
-    with its per-row scales as f"{prefix}/weight_scale"."""
+def _linear(
+    x: Tensor, p: Params, prefix: str, name: str, rows: tuple[int, int] | None = None
+) -> Tensor:
+    """x @ W.T + b for the weights under `prefix`, or for output rows [start, start + n)
+    of them (a fused weight); an int8 W (compute type int8) comes with its per-row
+    scales as f"{prefix}/weight_scale"."""
     w, b = p(f"{prefix}/weight"), p(f"{prefix}/bias")
-    if w.dtype == dt.int8:
-        y = ops.qmatmul(x, w, p(f"{prefix}/weight_scale"), name=f"{name}.mm")
+    scale = p(f"{prefix}/weight_scale") if w.dtype == dt.int8 else None
+    if rows is not None:
+        w, b = _rows_of(w, *rows), _rows_of(b, *rows)
+        scale = _rows_of(scale, *rows) if scale is not None else None
+    if scale is not None:
+        y = ops.qmatmul(x, w, scale, name=f"{name}.mm")
     else:
         y = ops.matmul(x, w, transpose_b=True, name=f"{name}.mm")
     return ops.add(y, b, name=name)
+
+
+def _rows_of(t: Tensor, start: int, n: int) -> Tensor:
+    """Rows [start, start + n) of a contiguous weight, matrix or vector, as a view."""
+    row = t.dtype.itemsize * (t.shape[1] if t.ndim == 2 else 1)
+    return ops.view(t, (n, *t.shape[1:]), offset=start * row)
 
 
 def _embed(p: Params, name: str, ids: Tensor) -> Tensor:
@@ -134,15 +147,9 @@ def build_cross(
     d = dims.n_text_state
     kv = []
     for i in range(dims.n_text_layer):
-        prefix = f"decoder/layer_{i}/attention/linear_1"
-        w, b = p(f"{prefix}/weight"), p(f"{prefix}/bias")  # fused (2d, d), (2d,)
-        k = ops.linear(enc, ops.view(w, (d, d)), ops.view(b, (d,)), name=f"cross_k{i}")
-        v = ops.linear(
-            enc,
-            ops.view(w, (d, d), offset=d * d * w.dtype.itemsize),
-            ops.view(b, (d,), offset=d * b.dtype.itemsize),
-            name=f"cross_v{i}",
-        )
+        prefix = f"decoder/layer_{i}/attention/linear_1"  # K and V fused: (2d, d), (2d,)
+        k = _linear(enc, p, prefix, f"cross_k{i}", rows=(0, d))
+        v = _linear(enc, p, prefix, f"cross_v{i}", rows=(d, d))
         if kv_dtype != k.dtype:
             k, v = ops.cast(k, kv_dtype, f"cross_k{i}"), ops.cast(v, kv_dtype, f"cross_v{i}")
         kv.append((k, v))
