@@ -71,6 +71,9 @@ class TorchProgram(Program):
 PARALLEL_MIN = 1 << 15
 
 _threads_now = [0]
+# PyTorch's own choice at import, before any node changed it: a backend made later must
+# not take the 1 a small node left set (a second model's encoder ran on one thread).
+_DEFAULT_THREADS = max(1, torch.get_num_threads()) if torch is not None else 1
 
 
 def _on_threads(kernel: Any, n: int) -> Any:
@@ -125,7 +128,7 @@ class TorchBackend(NumpyBackend):
             )
         super().__init__(buffer_type)
         self.min_matmul_rows = min_matmul_rows
-        self.threads = max(1, torch.get_num_threads())  # what big nodes run on
+        self.threads = _DEFAULT_THREADS  # what big nodes run on
         # FBGEMM-packed int8 weights, shared by every graph: id(weight tensor) -> (the
         # tensor, kept so its id is not reused, and its packed form)
         self._packed: dict[int, tuple[Tensor, Any]] = {}

@@ -446,7 +446,7 @@ class Inference:
             logits = m.run_decoder(g, part, pos, np.arange(b), np.asarray(flat))
             if want:
                 outs.append(logits.reshape(b, len(want), -1))
-        return np.concatenate(outs, axis=1)
+        return outs[0] if len(outs) == 1 else np.concatenate(outs, axis=1)
 
     def rearrange_kv_cache(self, source_indices: Sequence[int]) -> None:
         if list(source_indices) != list(range(len(source_indices))):
