@@ -28,8 +28,11 @@ PEERS = {  # jfk.wav tiny.en greedy, warm seconds / peak RSS MB (issue #3)
     "openai-whisper": (0.98, 537),
 }
 
-CONFIGS = {
+CONFIGS = {  # backend "auto": torch when installed (the rows marked numpy force the reference)
     "greedy joint": dict(plan="joint", options=dict(beam_size=None)),
+    "greedy joint numpy": dict(plan="joint", backend="numpy", options=dict(beam_size=None)),
+    "greedy joint int8": dict(plan="joint", compute_type="int8", options=dict(beam_size=None)),
+    "beam 5 joint int8": dict(plan="joint", compute_type="int8", options=dict(beam_size=5)),
     "greedy output": dict(plan="output", options=dict(beam_size=None)),
     "greedy dedicated": dict(plan="dedicated", options=dict(beam_size=None)),
     "greedy joint fp16 kv+enc": dict(
@@ -39,6 +42,8 @@ CONFIGS = {
     "greedy + words": dict(plan="joint", options=dict(beam_size=None, word_timestamps=True)),
     "base greedy joint": dict(model="base", plan="joint", options=dict(beam_size=None)),
     "base beam 5 joint": dict(model="base", plan="joint", options=dict(beam_size=5)),
+    "base greedy joint int8": dict(model="base", plan="joint", compute_type="int8",
+                                   options=dict(beam_size=None)),
 }
 
 CHILD = r"""
@@ -49,7 +54,9 @@ from tensorplan.whisper.api import load_model
 from tensorplan.whisper.audio import load_audio
 model = load_model(cfg.get("model", "tiny.en"), plan=cfg["plan"], max_batch=5,
                    kv_dtype=cfg.get("kv_dtype", "float32"),
-                   weights_dtype=cfg.get("weights_dtype", "float32"))
+                   weights_dtype=cfg.get("weights_dtype", "float32"),
+                   backend=cfg.get("backend", "auto"),
+                   compute_type=cfg.get("compute_type", "float32"))
 load_s = time.perf_counter() - t0
 samples = load_audio(audio)
 opts = cfg["options"]

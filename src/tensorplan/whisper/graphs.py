@@ -214,17 +214,27 @@ def _cross_attention(
     n_tok: int,
     n_head: int,
 ) -> tuple[Tensor, Tensor]:
-    """Returns (output (B*N, d), pre-softmax scores (B, H, N, A))."""
+    """Returns (output (B*N, d), pre-softmax scores (H, B*N, A)).
+
+    Every sequence reads the same K/V, so each head is one product of all B*N query rows
+    with its K: (H, B*N, dh) x (H, dh, A) reads each head's K once per step, where
+    (B, H, N, dh) x (1, H, dh, A) made B matrix-vector products that read it B times
+    (beam search and best-of sampling: 5x the bytes)."""
     d = h.shape[1]
-    q = _linear(h, p, f"{prefix}/linear_0", f"{prefix}/q")
-    q = _split_heads(q, 0, n_batch, n_tok, n_head, d)
-    n_audio = kv[0].shape[0]
-    k = _split_heads(kv[0], 0, 1, n_audio, n_head, d)  # (1, H, A, dh), shared by all beams
-    v = _split_heads(kv[1], 0, 1, n_audio, n_head, d)
-    scores = ops.matmul(q, k, transpose_b=True, name=f"{prefix}/scores")  # (B, H, N, A)
+    q = _by_head(_linear(h, p, f"{prefix}/linear_0", f"{prefix}/q"), n_head)  # (H, B*N, dh)
+    k, v = _by_head(kv[0], n_head), _by_head(kv[1], n_head)  # (H, A, dh)
+    scores = ops.matmul(q, k, transpose_b=True, name=f"{prefix}/scores")  # (H, B*N, A)
     probs = ops.softmax(scores, scale=(d // n_head) ** -0.5)
-    o = _merge_heads(ops.matmul(probs, v, name=f"{prefix}/attn"), f"{prefix}/merge")
+    o = ops.matmul(probs, v, name=f"{prefix}/attn")  # (H, B*N, dh)
+    o = ops.reshape(ops.cont(ops.permute(o, (1, 0, 2)), name=f"{prefix}/merge"), (-1, d))
     return _linear(o, p, f"{prefix}/linear_2", f"{prefix}/out"), scores
+
+
+def _by_head(t: Tensor, n_head: int) -> Tensor:
+    """(rows, d) -> (H, rows, dh): head i is columns [i*dh, (i+1)*dh), as a strided view."""
+    rows, d = t.shape
+    dh, item = d // n_head, t.dtype.itemsize
+    return ops.view(t, (n_head, rows, dh), (dh * item, t.strides[0], item))
 
 
 def build_decoder_trunk(
@@ -237,7 +247,7 @@ def build_decoder_trunk(
     kv_cross: list[tuple[Tensor, Tensor]],
 ) -> tuple[Tensor, list[Tensor]]:
     """tokens of B sequences, N new each -> (hidden (B*N, d) before the final norm,
-    per layer the cross-attention scores QK^T (B, H, N, A), unscaled and pre-softmax)."""
+    per layer the cross-attention scores QK^T (H, B*N, A), unscaled and pre-softmax)."""
     x = ops.add(
         _embed(p, "decoder/embeddings/weight", inp.tokens),
         ops.get_rows(p("decoder/position_encodings/encodings"), inp.positions, name="pos_emb"),

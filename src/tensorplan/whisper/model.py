@@ -311,7 +311,7 @@ class WhisperModel:
         heads = []
         n_audio = self.dims.n_audio_ctx
         for layer, head in self.config.alignment_heads:
-            qk = scores[layer]  # (1, H, N, A)
+            qk = scores[layer]  # (H, N, A): one sequence
             view = ops.view(qk, (n_tok, n_audio), offset=head * n_tok * n_audio * 4)
             heads.append(ops.cont(view, name=f"align.l{layer}h{head}").set_output())
         graph = Graph.build([hidden, *heads])
