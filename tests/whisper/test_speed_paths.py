@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.special
-from conftest import BACKEND_NAMES, JFK_TEXT, normalize
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from whisper_helpers import BACKEND_NAMES, JFK_TEXT, normalize
 
 from tensorplan.whisper.model import quantize_rows
 
@@ -125,3 +125,18 @@ def test_int8_holds_every_projection_as_int8(tiny_model_factory):
         assert dtypes[f"{name}_scale"] == "float32", name
     assert dtypes["encoder/conv1/weight"] == "float32"
     assert dtypes["decoder/layer_0/ffn/linear_1/bias"] == "float32"
+
+
+def test_a_missing_backend_or_compute_type_is_a_clear_error(monkeypatch):
+    from tensorplan.backends import torch_cpu
+    from tensorplan.errors import UserError
+    from tensorplan.whisper.api import load_model
+
+    monkeypatch.setattr(torch_cpu, "torch", None)  # as on a machine without PyTorch
+    with pytest.raises(UserError, match=r"pip install 'tensorplan\[torch\]'"):
+        load_model("tiny.en", backend="torch")
+    assert type(load_model("tiny.en", backend="auto").model.backend).__name__ == "NumpyBackend"
+    with pytest.raises(UserError, match="unknown backend 'cuda'"):
+        load_model("tiny.en", backend="cuda")
+    with pytest.raises(ValueError, match="compute_type"):
+        load_model("tiny.en", backend="numpy", compute_type="int4")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import scipy.ndimage
 import scipy.special
-from conftest import JFK_TEXT, normalize
+from whisper_helpers import JFK_TEXT, normalize
 
 from tensorplan.whisper.decoding import DecodingResult
 from tensorplan.whisper.options import (

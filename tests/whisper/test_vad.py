@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import JFK, normalize
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from whisper_helpers import JFK, normalize
 
 from tensorplan.errors import UserError
 from tensorplan.whisper import api, vad

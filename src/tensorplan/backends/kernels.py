@@ -80,17 +80,14 @@ def _work_dtype(dtype: np.dtype[Any]) -> np.dtype[Any]:
 
 
 # ---- elementwise --------------------------------------------------------------------------
-def _ufunc1(f: np.ufunc) -> Kernel:
-    def kernel(out: np.ndarray, srcs: Sequence[np.ndarray], params: Mapping[str, Any]) -> None:
-        f(srcs[0], out=out)
+def elementwise(
+    f: Callable[..., Any], arity: int
+) -> Callable[[Any, Sequence[Any], Mapping[str, Any]], None]:
+    """The kernel of an elementwise function that takes its inputs and out=: a numpy
+    ufunc, or a PyTorch function (torch_kernels.py uses this too)."""
 
-    kernel.__name__ = f.__name__
-    return kernel
-
-
-def _ufunc2(f: np.ufunc) -> Kernel:
-    def kernel(out: np.ndarray, srcs: Sequence[np.ndarray], params: Mapping[str, Any]) -> None:
-        f(srcs[0], srcs[1], out=out)
+    def kernel(out: Any, srcs: Sequence[Any], params: Mapping[str, Any]) -> None:
+        f(*srcs[:arity], out=out)
 
     kernel.__name__ = f.__name__
     return kernel
@@ -398,15 +395,15 @@ def executes(node: Tensor) -> bool:
 
 
 KERNELS: dict[str, Kernel] = {
-    "add": _ufunc2(np.add),
-    "sub": _ufunc2(np.subtract),
-    "mul": _ufunc2(np.multiply),
-    "div": _ufunc2(np.divide),
+    "add": elementwise(np.add, 2),
+    "sub": elementwise(np.subtract, 2),
+    "mul": elementwise(np.multiply, 2),
+    "div": elementwise(np.divide, 2),
     "scale": scale,
-    "neg": _ufunc1(np.negative),
-    "exp": _ufunc1(np.exp),
-    "sqrt": _ufunc1(np.sqrt),
-    "tanh": _ufunc1(np.tanh),
+    "neg": elementwise(np.negative, 1),
+    "exp": elementwise(np.exp, 1),
+    "sqrt": elementwise(np.sqrt, 1),
+    "tanh": elementwise(np.tanh, 1),
     "gelu": gelu,
     "silu": silu,
     "relu": relu,

@@ -20,23 +20,9 @@ from typing import Any
 
 import torch
 
+from tensorplan.backends.kernels import elementwise
+
 TorchKernel = Callable[[torch.Tensor, Sequence[torch.Tensor], Mapping[str, Any]], None]
-
-
-def _binary(f: Callable[..., torch.Tensor]) -> TorchKernel:
-    def kernel(out: torch.Tensor, srcs: Sequence[torch.Tensor], params: Mapping[str, Any]) -> None:
-        f(srcs[0], srcs[1], out=out)
-
-    kernel.__name__ = f.__name__
-    return kernel
-
-
-def _unary(f: Callable[..., torch.Tensor]) -> TorchKernel:
-    def kernel(out: torch.Tensor, srcs: Sequence[torch.Tensor], params: Mapping[str, Any]) -> None:
-        f(srcs[0], out=out)
-
-    kernel.__name__ = f.__name__
-    return kernel
 
 
 def scale(out: torch.Tensor, srcs: Sequence[torch.Tensor], params: Mapping[str, Any]) -> None:
@@ -48,11 +34,11 @@ def relu(out: torch.Tensor, srcs: Sequence[torch.Tensor], params: Mapping[str, A
 
 
 def gelu(out: torch.Tensor, srcs: Sequence[torch.Tensor], params: Mapping[str, Any]) -> None:
-    torch._C._nn.gelu(srcs[0], out=out)  # exact (erf) gelu, as kernels.gelu
+    torch._C._nn.gelu(srcs[0], out=out)  # type: ignore[call-arg]  # stubs lack out=; erf gelu
 
 
 def silu(out: torch.Tensor, srcs: Sequence[torch.Tensor], params: Mapping[str, Any]) -> None:
-    torch._C._nn.silu(srcs[0], out=out)
+    torch._C._nn.silu(srcs[0], out=out)  # type: ignore[call-arg]  # the stubs lack out=
 
 
 def softmax(out: torch.Tensor, srcs: Sequence[torch.Tensor], params: Mapping[str, Any]) -> None:
@@ -133,15 +119,15 @@ def mean(out: torch.Tensor, srcs: Sequence[torch.Tensor], params: Mapping[str, A
 
 
 TORCH_KERNELS: dict[str, TorchKernel] = {
-    "add": _binary(torch.add),
-    "sub": _binary(torch.sub),
-    "mul": _binary(torch.mul),
-    "div": _binary(torch.div),
+    "add": elementwise(torch.add, 2),
+    "sub": elementwise(torch.sub, 2),
+    "mul": elementwise(torch.mul, 2),
+    "div": elementwise(torch.div, 2),
     "scale": scale,
-    "neg": _unary(torch.neg),
-    "exp": _unary(torch.exp),
-    "sqrt": _unary(torch.sqrt),
-    "tanh": _unary(torch.tanh),
+    "neg": elementwise(torch.neg, 1),
+    "exp": elementwise(torch.exp, 1),
+    "sqrt": elementwise(torch.sqrt, 1),
+    "tanh": elementwise(torch.tanh, 1),
     "gelu": gelu,
     "silu": silu,
     "relu": relu,

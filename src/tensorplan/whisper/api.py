@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from tensorplan.backends import make_backend
-from tensorplan.errors import ModelError
+from tensorplan.errors import ModelError, UserError
 from tensorplan.whisper.formats import load_model_files
 from tensorplan.whisper.model import WhisperModel
 from tensorplan.whisper.models import DEFAULT_MODEL
@@ -84,11 +84,15 @@ def load_model(name_or_path: str | os.PathLike[str] = DEFAULT_MODEL, *, plan: st
     backend: "numpy" (the reference), "torch" (PyTorch's CPU kernels over the same plan,
     faster; needs tensorplan[torch]) or "auto" (torch when installed).
     """
+    try:
+        runner = make_backend(backend)
+    except (ImportError, ValueError) as e:  # torch missing, or no such backend
+        raise UserError(f"backend {backend!r}: {e}") from None
     weights, tokenizer = load_model_files(name_or_path)  # CT2 dir, openai .pt or ggml .bin
     if len(tokenizer.vocab) != weights.dims.n_vocab:
         raise ModelError(f"{name_or_path}: the tokenizer has {len(tokenizer.vocab)} tokens but "
                          f"the model's vocabulary has {weights.dims.n_vocab}")
     model = WhisperModel(weights, tokenizer, weights.config, plan=plan, strategy=strategy,
                          max_batch=max_batch, kv_dtype=kv_dtype, weights_dtype=weights_dtype,
-                         compute_type=compute_type, backend=make_backend(backend))
+                         compute_type=compute_type, backend=runner)
     return Whisper(model, os.fspath(name_or_path))

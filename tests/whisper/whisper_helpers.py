@@ -1,0 +1,29 @@
+"""Constants and helpers the whisper tests share. A module of its own, not conftest:
+several test folders have a conftest.py, and `from conftest import` found whichever
+was imported first."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+JFK = ROOT / "samples" / "jfk.wav"
+JFK_TEXT = (
+    "And so my fellow Americans ask not what your country can do for you "
+    "ask what you can do for your country"
+)
+
+
+def normalize(text: str) -> str:
+    return " ".join(re.sub(r"[^\w\s']", " ", text.lower()).split())
+
+
+def _has_torch() -> bool:
+    from tensorplan.backends import torch_cpu
+
+    return torch_cpu.available()
+
+
+# every backend this machine has; "auto" (torch when installed) is what users get
+BACKEND_NAMES = ["numpy", *(["torch"] if _has_torch() else [])]
