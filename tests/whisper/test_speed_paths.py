@@ -128,11 +128,13 @@ def test_int8_holds_every_projection_as_int8(tiny_model_factory):
 
 
 def test_a_missing_backend_or_compute_type_is_a_clear_error(monkeypatch):
+    import tensorplan.backends as backends
     from tensorplan.backends import torch_cpu
     from tensorplan.errors import UserError
     from tensorplan.whisper.api import load_model
 
     monkeypatch.setattr(torch_cpu, "torch", None)  # as on a machine without PyTorch
+    monkeypatch.setattr(backends, "torch_available", lambda: False)
     with pytest.raises(UserError, match=r"pip install 'tensorplan\[torch\]'"):
         load_model("tiny.en", backend="torch")
     assert type(load_model("tiny.en", backend="auto").model.backend).__name__ == "NumpyBackend"
@@ -140,3 +142,15 @@ def test_a_missing_backend_or_compute_type_is_a_clear_error(monkeypatch):
         load_model("tiny.en", backend="cuda")
     with pytest.raises(ValueError, match="compute_type"):
         load_model("tiny.en", backend="numpy", compute_type="int4")
+
+
+def test_the_numpy_backend_never_imports_torch():
+    """Importing PyTorch costs 238 MB of RSS: a numpy run must not pay it."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from tensorplan.whisper.api import load_model; "
+            "load_model('tiny.en', backend='numpy'); print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=300).stdout.split()
+    assert out[-1] == "False"

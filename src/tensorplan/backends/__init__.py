@@ -6,6 +6,8 @@ CPU kernels (optional dependency); reference evaluates a graph without a plan (g
 
 from __future__ import annotations
 
+import importlib.util
+
 from tensorplan.backends.base import Backend, BufferType
 from tensorplan.backends.kernels import KERNELS
 from tensorplan.backends.numpy_cpu import NumpyBackend, NumpyBuffer, NumpyBufferType
@@ -14,13 +16,19 @@ from tensorplan.backends.reference import evaluate
 BACKENDS = ("auto", "numpy", "torch")
 
 
+def torch_available() -> bool:
+    """Whether PyTorch is installed, found without importing it: the import alone costs
+    238 MB of RSS, which a numpy-backend run must not pay."""
+    return importlib.util.find_spec("torch") is not None
+
+
 def make_backend(name: str = "auto") -> NumpyBackend:
     """A CPU backend by name: "numpy", "torch", or "auto" (torch when it is installed)."""
-    from tensorplan.backends import torch_cpu
-
-    if name == "numpy" or (name == "auto" and not torch_cpu.available()):
+    if name == "numpy" or (name == "auto" and not torch_available()):
         return NumpyBackend()
     if name in ("torch", "auto"):
+        from tensorplan.backends import torch_cpu  # imports torch
+
         return torch_cpu.TorchBackend()
     raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
 
@@ -35,4 +43,5 @@ __all__ = [
     "NumpyBufferType",
     "evaluate",
     "make_backend",
+    "torch_available",
 ]
