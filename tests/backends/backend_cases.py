@@ -521,6 +521,13 @@ CASES: list[Case] = [
         ops.get_rows,
         lambda t, i: t[i],
     ),  # fmt: skip
+    # a transposed table (Whisper's embedding is held that way), rows in several blocks
+    Case(
+        "get_rows-strided-table",
+        (Arg((3000, 100)), Arg((40,), "int32", fill=_ids(100))),
+        lambda t, i: ops.get_rows(T(t), i),
+        lambda t, i: t.T[i],
+    ),  # fmt: skip
     Case(
         "get_rows-i64-3d",
         (Arg((5, 2, 3), F16), Arg((7,), "int64", fill=_ids(5))),

@@ -364,8 +364,16 @@ def get_rows(out: np.ndarray, srcs: Sequence[np.ndarray], params: Mapping[str, A
     table, ids = srcs
     if ids.size and (ids.min() < 0 or ids.max() >= table.shape[0]):
         raise IndexError(f"get_rows: ids {ids.min()}..{ids.max()} outside 0..{table.shape[0] - 1}")
-    # checked above, so mode="clip" changes nothing; mode="raise" would buffer a copy of out
-    np.take(table, ids, axis=0, out=out, mode="clip")
+    if table.flags.c_contiguous:
+        # checked above, so mode="clip" changes nothing; mode="raise" would buffer out
+        np.take(table, ids, axis=0, out=out, mode="clip")
+        return
+    # np.take copies a strided table whole first (25 ms for a transposed 51864 x 384
+    # embedding, measured); fancy indexing gathers just the rows, a block at a time
+    per_row = max(1, math.prod(table.shape[1:]))
+    step = max(1, BLOCK // per_row)
+    for i in range(0, ids.shape[0], step):
+        np.copyto(out[i : i + step], table[ids[i : i + step]])
 
 
 def set_rows(out: np.ndarray, srcs: Sequence[np.ndarray], params: Mapping[str, Any]) -> None:
