@@ -15,13 +15,13 @@ import scipy.special
 
 from tensorplan import dtype as dt
 from tensorplan import ops
-from tensorplan.backends import NumpyBackend, NumpyBufferType, torch_cpu
+from tensorplan.backends import NumpyBackend, NumpyBufferType, torch_available, torch_cpu
 from tensorplan.backends.base import Backend
 from tensorplan.graph import Graph
 from tensorplan.tensor import Tensor
 
 BACKENDS: dict[str, Callable[[], Backend]] = {"numpy": NumpyBackend}
-if torch_cpu.available():  # every op through PyTorch, the smallest products included
+if torch_available():  # every op through PyTorch, the smallest products included
     BACKENDS["torch"] = lambda: torch_cpu.TorchBackend(min_matmul_rows=0)
 
 

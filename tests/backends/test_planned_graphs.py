@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from tensorplan import dtype as dt
 from tensorplan import ops
-from tensorplan.backends import NumpyBackend, evaluate, torch_cpu
+from tensorplan.backends import NumpyBackend, evaluate, torch_available, torch_cpu
 from tensorplan.graph import Graph
 from tensorplan.tensor import Tensor
 
@@ -244,7 +244,7 @@ def _torch() -> NumpyBackend:
     return torch_cpu.TorchBackend(min_matmul_rows=0)
 
 
-BACKENDS = {"numpy": _numpy} | ({"torch": _torch} if torch_cpu.available() else {})
+BACKENDS = {"numpy": _numpy} | ({"torch": _torch} if torch_available() else {})
 
 
 @pytest.mark.parametrize("backend_name", sorted(BACKENDS))

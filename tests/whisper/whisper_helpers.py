@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from tensorplan.backends import torch_available
+
 ROOT = Path(__file__).resolve().parents[2]
 JFK = ROOT / "samples" / "jfk.wav"
 JFK_TEXT = (
@@ -19,11 +21,5 @@ def normalize(text: str) -> str:
     return " ".join(re.sub(r"[^\w\s']", " ", text.lower()).split())
 
 
-def _has_torch() -> bool:
-    from tensorplan.backends import torch_cpu
-
-    return torch_cpu.available()
-
-
 # every backend this machine has; "auto" (torch when installed) is what users get
-BACKEND_NAMES = ["numpy", *(["torch"] if _has_torch() else [])]
+BACKEND_NAMES = ["numpy", *(["torch"] if torch_available() else [])]

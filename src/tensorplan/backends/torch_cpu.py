@@ -29,10 +29,6 @@ except ImportError:  # pragma: no cover - exercised where torch is absent
     torch = None  # type: ignore[assignment]
 
 
-def available() -> bool:
-    return torch is not None
-
-
 def _as_torch(arr: np.ndarray) -> Any:
     with warnings.catch_warnings():  # weights may be read-only; kernels never write srcs
         warnings.simplefilter("ignore", UserWarning)
@@ -43,13 +39,12 @@ class TorchProgram(Program):
     def __init__(self, graph: Graph, backend: TorchBackend) -> None:
         super().__init__(graph)
         self.backend = backend
-        self.min_matmul_rows = backend.min_matmul_rows
 
     def step(self, n: Tensor) -> tuple[Any, Any, list[Any], Any]:
         assert n.op is not None
         name = n.op.name
         kernel = TORCH_KERNELS.get(name)
-        few_rows = name == "matmul" and _rows(n) < self.min_matmul_rows
+        few_rows = name == "matmul" and _rows(n) < self.backend.min_matmul_rows
         if kernel is None or not _takes(n) or few_rows:
             return super().step(n)
         out = self.views.array(n)
@@ -60,7 +55,7 @@ class TorchProgram(Program):
             params["_stats"] = (torch.empty(rows), torch.empty(rows))
         if name == "qmatmul":
             params["_packed"] = self.backend.packed(n.srcs[1], srcs[1], srcs[2])
-        threads = self.backend.threads if n.size >= PARALLEL_MIN else 1
+        threads = _DEFAULT_THREADS if n.size >= PARALLEL_MIN else 1
         return _on_threads(kernel, threads), _as_torch(out), [_as_torch(s) for s in srcs], params
 
 
@@ -128,7 +123,6 @@ class TorchBackend(NumpyBackend):
             )
         super().__init__(buffer_type)
         self.min_matmul_rows = min_matmul_rows
-        self.threads = _DEFAULT_THREADS  # what big nodes run on
         # FBGEMM-packed int8 weights, shared by every graph: id(weight tensor) -> (the
         # tensor, kept so its id is not reused, and its packed form)
         self._packed: dict[int, tuple[Tensor, Any]] = {}

@@ -19,6 +19,8 @@ from tensorplan.pipeline import PLAN_MODES
 
 
 def register(sub: Any) -> None:
+    from tensorplan.backends import BACKENDS
+    from tensorplan.whisper.model import COMPUTE_TYPES
     from tensorplan.whisper.options import TranscribeOptions, add_arguments
 
     p = sub.add_parser(
@@ -77,14 +79,15 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--compute-type",
-        choices=("float32", "int8"),
+        choices=COMPUTE_TYPES,
         default="float32",
-        help="int8: the decoder's matrices as int8 with per-row scales, as faster-whisper's "
-        "int8 (faster decoding, near-identical text); float32 computes as the reference",
+        help="int8: every projection matrix and the token embedding as int8 with per-row "
+        "scales, as faster-whisper's int8 (faster, near-identical text); float32 computes "
+        "as the reference",
     )
     p.add_argument(
         "--backend",
-        choices=("auto", "numpy", "torch"),
+        choices=BACKENDS,
         default="auto",
         help="kernels: numpy (the reference), torch (PyTorch's CPU kernels over the same plan, "
         "needs tensorplan[torch]); auto picks torch when it is installed",

@@ -78,9 +78,9 @@ def load_model(name_or_path: str | os.PathLike[str] = DEFAULT_MODEL, *, plan: st
     max_batch: the most sequences decoded together (beam size, best-of); sizes the KV cache.
     kv_dtype / weights_dtype: "float16" halves the KV caches / keeps the encoder's weight
     matrices as stored, for less memory at some speed.
-    compute_type: "int8" keeps the decoder's matrices as int8 with per-row scales (a
-    quarter of the bytes read per token; the torch backend runs them with FBGEMM), as
-    faster-whisper's int8; "float32" (default) computes as the reference does.
+    compute_type: "int8" keeps every projection matrix and the token embedding as int8
+    with per-row scales (a quarter of their bytes; the torch backend runs them with
+    FBGEMM), as faster-whisper's int8; "float32" (default) computes as the reference does.
     backend: "numpy" (the reference), "torch" (PyTorch's CPU kernels over the same plan,
     faster; needs tensorplan[torch]) or "auto" (torch when installed).
     """

@@ -137,8 +137,8 @@ class WhisperModel:
     def param(self, name: str) -> Tensor:
         """A weight as a PARAM leaf: float32, or as stored (float16) for the encoder's
         weights when `weights="float16"` (its 1500-row products hide the widening), or
-        int8 with per-row scales (f"{name}_scale") for the decoder's token-by-token
-        matrices when compute_type="int8"."""
+        int8 with per-row scales (f"{name}_scale") for every projection matrix and the
+        token embedding when compute_type="int8"."""
         t = self._params.get(name)
         if t is None and self.compute_type == "int8":
             base = name.removesuffix("_scale")
