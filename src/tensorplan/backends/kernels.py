@@ -224,6 +224,28 @@ def matmul(out: np.ndarray, srcs: Sequence[np.ndarray], params: Mapping[str, Any
     if b.dtype == out.dtype:
         np.matmul(a, np.swapaxes(b, -1, -2) if transpose_b else b, out=out)
         return
+    _widened_product(out, a, b, transpose_b, lambda cols, part, wide: np.copyto(wide, part))
+
+
+def qmatmul(out: np.ndarray, srcs: Sequence[np.ndarray], params: Mapping[str, Any]) -> None:
+    """a @ (q * scale[:, None]).T, the int8 weight dequantized WIDEN_BLOCK elements at a
+    time into scratch (the reference: exact for the dequantized weight)."""
+    a, q, scale = srcs
+    threads.for_product(out.size * a.shape[-1])
+    _widened_product(
+        out, a, q, True, lambda cols, part, wide: np.multiply(part, scale[cols, None], out=wide)
+    )
+
+
+Widen = Callable[[slice, np.ndarray, np.ndarray], Any]
+
+
+def _widened_product(
+    out: np.ndarray, a: np.ndarray, b: np.ndarray, transpose_b: bool, widen: Widen
+) -> None:
+    """a @ b (b transposed with transpose_b) into out, b made out's dtype WIDEN_BLOCK
+    elements at a time: widen(cols, part, scratch) writes `part`, b's slice for out's
+    columns `cols`, into the scratch block, which is multiplied into those columns."""
     n_axis = -2 if transpose_b else -1  # b's axis that becomes out's last axis
     n = b.shape[n_axis]
     per_col = math.prod(b.shape) // max(n, 1)
@@ -233,23 +255,8 @@ def matmul(out: np.ndarray, srcs: Sequence[np.ndarray], params: Mapping[str, Any
         cols = slice(j, min(j + step, n))
         part = b[..., cols, :] if transpose_b else b[..., cols]
         wide = scratch.take(part.shape)
-        np.copyto(wide, part)
+        widen(cols, part, wide)
         np.matmul(a, np.swapaxes(wide, -1, -2) if transpose_b else wide, out=out[..., cols])
-
-
-def qmatmul(out: np.ndarray, srcs: Sequence[np.ndarray], params: Mapping[str, Any]) -> None:
-    """a @ (q * scale[:, None]).T, the int8 weight dequantized WIDEN_BLOCK elements at a
-    time into scratch (the reference: exact for the dequantized weight)."""
-    a, q, scale = srcs
-    threads.for_product(out.size * a.shape[-1])
-    n, k = q.shape
-    step = max(1, WIDEN_BLOCK // max(k, 1))
-    scratch = _Scratch(min(step, n) * k, out.dtype)
-    for j in range(0, n, step):
-        cols = slice(j, min(j + step, n))
-        wide = scratch.take((cols.stop - j, k))
-        np.multiply(q[cols], scale[cols, None], out=wide)
-        np.matmul(a, wide.T, out=out[..., cols])
 
 
 def _valid(n_out: int, n_in: int, k: int, stride: int, pad: int) -> tuple[int, int]:
