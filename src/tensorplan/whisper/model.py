@@ -81,17 +81,22 @@ def _quantized(name: str) -> bool:
     return _QUANTIZED.fullmatch(name) is not None
 
 
+_TINY = np.finfo(np.float32).tiny
+
+
 def quantize_rows(w: np.ndarray, block: int = 4096) -> tuple[np.ndarray, np.ndarray]:
     """w (N, K) -> (q int8 (N, K), scale float32 (N,)) with w ~ q * scale[:, None],
-    symmetric per row: scale = max |w_row| / 127 (1 for an all-zero row). Works `block`
-    rows at a time, so a float16 table is never widened whole (the 51864-row embedding
-    would take 80 MB of float32 at load)."""
+    symmetric per row: scale = max |w_row| / 127 (1 for an all-zero row), at least the
+    smallest normal float32, since a subnormal scale has too few bits to undo the
+    division (a row peaking at 1e-43 came back 1.8x too large). Works `block` rows at a
+    time, so a float16 table is never widened whole (the 51864-row embedding would take
+    80 MB of float32 at load)."""
     q = np.empty(w.shape, np.int8)
     scale = np.empty(w.shape[0], np.float32)
     for i in range(0, w.shape[0], block):
         rows = np.array(w[i : i + block], np.float32)  # a copy: w is not ours to scale
         peak = np.abs(rows).max(axis=1)
-        s = np.where(peak > 0, peak / 127, 1).astype(np.float32)
+        s = np.where(peak > 0, np.maximum(peak / 127, _TINY), 1).astype(np.float32)
         rows /= s[:, None]
         np.rint(rows, out=rows)
         np.clip(rows, -127, 127, out=rows)
