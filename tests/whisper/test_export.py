@@ -89,12 +89,14 @@ def test_ggml_file_follows_whisper_cpp(ggml_path: Path, tiny_weights: WhisperWei
 
 
 def test_jfk_from_the_reloaded_ggml_file(ggml_path: Path, jfk_audio: np.ndarray) -> None:
+    from tensorplan.backends import NumpyBackend
     from tensorplan.whisper.api import Whisper
     from tensorplan.whisper.model import WhisperModel
 
     # = load_model(ggml_path) once api.load_model goes through formats.load_model_files
     weights, tokenizer = load_model_files(ggml_path)
-    model = Whisper(WhisperModel(weights, tokenizer, weights.config), str(ggml_path))
+    model = Whisper(WhisperModel(weights, tokenizer, weights.config, backend=NumpyBackend()),
+                    str(ggml_path))
     result = model.transcribe(jfk_audio, beam_size=None)
     assert normalize(result.text) == normalize(JFK_TEXT)
     assert [s.end for s in result.segments] == pytest.approx([7.74, 10.74], abs=0.1)

@@ -15,13 +15,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tensorplan.alloc import STRATEGIES
 from tensorplan.errors import UserError
 from tensorplan.pipeline import PLAN_MODES
+from tensorplan.whisper.model_options import (
+    DEFAULT_MAX_BATCH,
+    add_model_arguments,
+    model_options_from_args,
+)
 
 if TYPE_CHECKING:  # the model stack is imported when the command runs, not at CLI start
-    from tensorplan.whisper.graphs import Dims
     from tensorplan.whisper.memory import ArenaLayout, MemoryReport, ReferenceRow
+    from tensorplan.whisper.weights import ModelDims as Dims
 
 MB = 1_000_000
 COLORS = {"conv": "tab:blue", "encoder": "tab:orange", "cross": "tab:green",
@@ -34,29 +38,18 @@ def register(sub: Any) -> None:
         description="Load a model in each plan mode and print, per compute buffer, the "
         "planned bytes, the lower bound and their ratio, then the KV caches, handoff "
         "copies and weights, and whisper.cpp's buffers for the same model (MB = 1e6 B).")
-    p.add_argument("--model", default="tiny.en",
-                   help="tiny.en (bundled), base, small, or a CTranslate2 model directory")
     p.add_argument("--plan", choices=(*PLAN_MODES, "all"), default="all",
                    help="plan mode to report (default: all, to compare them)")
-    p.add_argument("--strategy", choices=STRATEGIES, default="offline",
-                   help="memory planning strategy (default offline)")
-    p.add_argument("--max-batch", type=int, default=5, metavar="N",
-                   help="most sequences decoded together (beams, best-of): sizes the KV cache "
-                        "(default 5)")
-    p.add_argument("--kv-dtype", choices=("float32", "float16"), default="float32",
-                   help="KV cache precision (default float32)")
-    p.add_argument("--weights-dtype", choices=("float32", "float16"), default="float32",
-                   help="weight precision held in memory (default float32)")
     p.add_argument("--png", type=Path, default=None, metavar="FILE",
                    help="draw every planned tensor (step x offset) to a PNG (needs matplotlib)")
+    add_model_arguments(p, exclude=("plan",))
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from tensorplan.whisper.memory import whisper_cpp_reference
 
-    if args.max_batch < 1:
-        raise UserError(f"--max-batch must be at least 1, got {args.max_batch}")
+    args.max_batch = args.max_batch or DEFAULT_MAX_BATCH
     if args.png is not None:  # fail before the work, not after
         _pyplot()
         if not args.png.resolve().parent.is_dir():
@@ -82,14 +75,12 @@ def run(args: argparse.Namespace) -> int:
 def measure(args: argparse.Namespace) -> tuple[list[MemoryReport], list[ArenaLayout], Dims]:
     """Load the model once per plan mode asked for (one at a time) and measure it; the
     layouts only when a chart was asked for."""
-    from tensorplan.whisper.api import load_model
+    from tensorplan.whisper.api import load
     from tensorplan.whisper.memory import arena_layout, memory_report
 
     reports, layouts = [], []
     for mode in PLAN_MODES if args.plan == "all" else (args.plan,):
-        model = load_model(args.model, plan=mode, strategy=args.strategy,
-                           max_batch=args.max_batch, kv_dtype=args.kv_dtype,
-                           weights_dtype=args.weights_dtype)
+        model = load(model_options_from_args(args, plan=mode))
         reports.append(memory_report(model))
         if args.png is not None:
             layouts.append(arena_layout(model))

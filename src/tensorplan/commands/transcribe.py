@@ -15,12 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from tensorplan.errors import UserError
-from tensorplan.pipeline import PLAN_MODES
 
 
 def register(sub: Any) -> None:
-    from tensorplan.backends import BACKENDS
-    from tensorplan.whisper.model import COMPUTE_TYPES
+    from tensorplan.whisper.model_options import add_model_arguments
     from tensorplan.whisper.options import TranscribeOptions, add_arguments
 
     p = sub.add_parser(
@@ -33,11 +31,6 @@ def register(sub: Any) -> None:
         nargs="+",
         help="audio files (any format ffmpeg reads) or directories (searched "
         "recursively for .wav .flac .mp3 .m4a .mp4 .ogg .opus .webm .mkv .aac)",
-    )
-    p.add_argument(
-        "--model",
-        default="tiny.en",
-        help="tiny.en (bundled), base, small, or a CTranslate2 model directory",
     )
     p.add_argument(
         "--output-dir",
@@ -54,45 +47,6 @@ def register(sub: Any) -> None:
         "--output-dir is given)",
     )
     p.add_argument(
-        "--plan",
-        choices=PLAN_MODES,
-        default="joint",
-        help="how tensors handed between graphs stay alive (default: joint, the leanest measured)",
-    )
-    p.add_argument(
-        "--strategy",
-        choices=("offline", "ggml"),
-        default="offline",
-        help="memory planning strategy",
-    )
-    p.add_argument(
-        "--kv-dtype",
-        choices=("float32", "float16"),
-        default="float32",
-        help="KV cache precision (float16 halves the caches)",
-    )
-    p.add_argument(
-        "--weights-dtype",
-        choices=("float32", "float16"),
-        default="float32",
-        help="float16 keeps the encoder's weight matrices as stored (less memory, slower)",
-    )
-    p.add_argument(
-        "--compute-type",
-        choices=COMPUTE_TYPES,
-        default="float32",
-        help="int8: every projection matrix and the token embedding as int8 with per-row "
-        "scales, as faster-whisper's int8 (faster, near-identical text); float32 computes "
-        "as the reference",
-    )
-    p.add_argument(
-        "--backend",
-        choices=BACKENDS,
-        default="auto",
-        help="kernels: numpy (the reference), torch (PyTorch's CPU kernels over the same plan, "
-        "needs tensorplan[torch]); auto picks torch when it is installed",
-    )
-    p.add_argument(
         "--verbose",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -104,6 +58,7 @@ def register(sub: Any) -> None:
         )
     )
     add_arguments(p.add_argument_group("decoding"), TranscribeOptions)
+    add_model_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -145,7 +100,7 @@ def _positive_int(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tensorplan.whisper.api import load_model
+    from tensorplan.whisper.api import load
     from tensorplan.whisper.options import TranscribeOptions, from_args
     from tensorplan.whisper.writers import ensure_output_dir, parse_formats, write_outputs
 
@@ -160,16 +115,7 @@ def run(args: argparse.Namespace) -> int:
     paths = [Path(a) for a in args.audio]
     if formats:  # a bad output directory fails now, not after the whole transcription
         ensure_output_dir(out_dir)
-    model = load_model(
-        args.model,
-        plan=args.plan,
-        strategy=args.strategy,
-        max_batch=max_batch(options),
-        kv_dtype=args.kv_dtype,
-        weights_dtype=args.weights_dtype,
-        compute_type=args.compute_type,
-        backend=args.backend,
-    )
+    model = load(model_options(args, options))
     failed = 0
     for path in paths:
         try:
@@ -207,16 +153,7 @@ def run_batch_command(args: argparse.Namespace, options: Any) -> int:
         raise UserError("--output-dir is needed with --workers, --ray or a directory of audio")
     formats = parse_formats(args.output_format or "all")
     inputs = batch.collect_inputs(args.audio)
-    spec = batch.ModelSpec(
-        args.model,
-        plan=args.plan,
-        strategy=args.strategy,
-        max_batch=max_batch(options),
-        kv_dtype=args.kv_dtype,
-        weights_dtype=args.weights_dtype,
-        compute_type=args.compute_type,
-        backend=args.backend,
-    )
+    spec = batch.ModelSpec.of(model_options(args, options))
 
     def make_pool(n_files: int) -> batch.Pool:
         if args.ray is not None:
@@ -276,6 +213,15 @@ def _progress_bar(path: Path) -> Any:
             b.close()
 
     return progress
+
+
+def model_options(args: argparse.Namespace, options: Any) -> Any:
+    """The ModelOptions of the flags; the KV cache sized for the decoding options unless
+    --max-batch says otherwise."""
+    from tensorplan.whisper.model_options import model_options_from_args
+
+    opts = model_options_from_args(args)
+    return opts if opts.max_batch is not None else opts.replace(max_batch=max_batch(options))
 
 
 def max_batch(options: Any) -> int:

@@ -24,8 +24,8 @@ from tensorplan.graph import Graph
 from tensorplan.pipeline import Pipeline, Stage, joint_graph
 from tensorplan.tensor import Flag, Tensor
 from tensorplan.whisper.api import Whisper
-from tensorplan.whisper.graphs import Dims
 from tensorplan.whisper.model import WhisperModel
+from tensorplan.whisper.weights import ModelDims as Dims
 
 MB = 1_000_000
 WINDOW_STAGES = ("conv", "encoder", "cross")  # run once per 30 s window (the decoder per token)
@@ -160,7 +160,7 @@ def _compute_rows(pipe: Pipeline, groups: dict[str, list[_Measured]],
         shared = f"{len(group)} graphs share it, worst {_worst(group).stage.name}"
         note = shared if len(group) > 1 else ""
         bound = max(m.bound - m.held for m in group)
-        if joint is not None:
+        if joint is not None and pipe.on_timeline(group[0].stage):
             rows.append(Row(key, STAGE, None, bound,
                             "; ".join(filter(None, ["planned in the joint arena", note]))))
         else:
@@ -168,11 +168,12 @@ def _compute_rows(pipe: Pipeline, groups: dict[str, list[_Measured]],
             rows.append(Row(key, COMPUTE, buffers[key] - held, bound,
                             "; ".join(filter(None, [note, _excluded(buffers[key], held)]))))
     if joint is not None:
-        graph = joint_graph([s.graph for s in pipe.stages.values()])
+        timeline = _timeline(pipe)
+        graph = joint_graph([s.graph for s in timeline])
         held = _held(graph, joint, kv_cross)
         size = buffers["joint"]
         rows.append(Row("joint arena", COMPUTE, size - held, _bound(graph, joint) - held,
-                        "; ".join(filter(None, [f"{len(pipe.stages)} graphs on one timeline",
+                        "; ".join(filter(None, [f"{len(timeline)} graphs on one timeline",
                                                 _excluded(size, held)]))))
     return rows
 
@@ -182,8 +183,13 @@ def _excluded(size: int, held: int) -> str:
     return f"buffer {size / MB:.2f} less kv cross {held / MB:.2f} (own row)" if held else ""
 
 
+def _timeline(pipe: Pipeline) -> list[Stage]:
+    """The stages planned inside the joint arena, in order."""
+    return [s for s in pipe.stages.values() if pipe.on_timeline(s)]
+
+
 def _owner(pipe: Pipeline, stage: Stage) -> GraphAllocator:
-    owner = pipe.joint_allocator or stage.allocator
+    owner = stage.allocator or pipe.joint_allocator
     if owner is None or owner.plan is None:
         raise ValueError(f"stage {stage.name} is not planned yet (Pipeline.allocate)")
     return owner
@@ -327,7 +333,7 @@ def arena_layout(model: WhisperModel | Whisper) -> ArenaLayout:
     pipe = m.pipeline
     shown = [_worst(group) for group in _measure(pipe, []).values()]
     if pipe.joint_allocator is not None:
-        boxes, spans = _joint_boxes(pipe, [m.stage for m in shown])
+        boxes, spans = _joint_boxes(pipe, [m.stage for m in shown if pipe.on_timeline(m.stage)])
     else:
         boxes, spans = _separate_boxes(pipe, shown)
     return ArenaLayout(pipe.mode, pipe.strategy, tuple(boxes), tuple(spans))
@@ -352,13 +358,13 @@ def _separate_boxes(pipe: Pipeline, shown: list[_Measured]) -> tuple[list[Box], 
 def _joint_boxes(pipe: Pipeline, shown: list[Stage]) -> tuple[list[Box], list[Span]]:
     owner = pipe.joint_allocator
     assert owner is not None and owner.plan is not None
-    graph = joint_graph([s.graph for s in pipe.stages.values()])
+    graph = joint_graph([s.graph for s in _timeline(pipe)])
     kept: list[int] = [0]  # the joint steps shown, in order; x is an index into it
     spans: list[Span] = []
     group_of: dict[Tensor, str] = {}
     arena, bound = owner.plan.sizes[0], _bound(graph, owner)
     step = 0
-    for stage in pipe.stages.values():
+    for stage in _timeline(pipe):
         key = stage.group or stage.name
         for t in stage.graph.tensors():
             group_of.setdefault(t, key)

@@ -153,7 +153,7 @@ class TranscribeOptions(SearchOptions):
 # ---------------------------------------------------------------------------------------------
 # CLI flags generated from the fields
 
-OptionsT = TypeVar("OptionsT", bound=SearchOptions)
+OptionsT = TypeVar("OptionsT")
 
 
 def flag_name(name: str) -> str:
@@ -161,7 +161,8 @@ def flag_name(name: str) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
-                  cls: type[SearchOptions], exclude: Sequence[str] = ()) -> None:
+                  cls: type[Any], exclude: Sequence[str] = (),
+                  only: Sequence[str] | None = None) -> None:
     """Add one flag per field of `cls` (a dataclass) to `parser`.
 
     bool fields become `--x/--no-x`; `X | None` fields also accept "none"; tuples read a
@@ -170,7 +171,7 @@ def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
     """
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
-        if f.name in exclude:
+        if f.name in exclude or (only is not None and f.name not in only):
             continue
         shown = _format(f.default).replace("%", "%%") or '""'
         kwargs: dict[str, Any] = {"dest": f.name, "default": f.default,
@@ -190,7 +191,7 @@ def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
 def from_args(cls: type[OptionsT], args: argparse.Namespace) -> OptionsT:
     """Build `cls` from parsed flags; fields without a flag keep their default.
     Inconsistent flags raise UserError."""
-    names = [f.name for f in dataclasses.fields(cls)]
+    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
     values = {name: getattr(args, name) for name in names if hasattr(args, name)}
     try:
         return cls(**values)
@@ -198,7 +199,7 @@ def from_args(cls: type[OptionsT], args: argparse.Namespace) -> OptionsT:
         raise UserError(str(e)) from None
 
 
-def to_argv(options: SearchOptions) -> list[str]:
+def to_argv(options: Any) -> list[str]:
     """The flags that parse back to `options` (those that differ from the defaults)."""
     argv: list[str] = []
     for f in dataclasses.fields(options):
