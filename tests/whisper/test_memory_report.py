@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import io
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +21,7 @@ from tensorplan.whisper import api
 from tensorplan.whisper.graphs import Dims
 from tensorplan.whisper.memory import (
     MB,
+    arena_layout,
     live_steps,
     memory_report,
     whisper_cpp_formula,
@@ -123,6 +125,27 @@ def test_chart_is_a_png(cli: Cli) -> None:
     data = png.read_bytes()
     assert len(data) > 10_000 and data.startswith(b"\x89PNG\r\n\x1a\n")
     assert not list(png.parent.glob(".*.tmp")), "the temporary file was left behind"
+    umask = os.umask(0)
+    os.umask(umask)
+    assert png.stat().st_mode & 0o777 == 0o666 & ~umask  # readable as other outputs are
+
+
+@pytest.mark.parametrize("plan", PLAN_MODES)
+def test_chart_adds_up_to_the_table(tiny_model_factory: Factory, plan: str) -> None:
+    """The chart draws every byte the table counts: its buffers plus the bands beside them
+    (the KV self cache always) make the table's total, and the cross K/V drawn as planned
+    OUTPUT tensors are the kv cross row, unless they are copies beside the buffers."""
+    model = tiny_model_factory(plan)
+    report, layout = memory_report(model), arena_layout(model)
+    assert layout.total_bytes == report.total_non_weight_bytes
+    outside = dict(layout.outside)
+    assert outside["kv self"] == report.kv_self_bytes
+    drawn = sum(b.size for b in layout.boxes if b.kv_cross)
+    assert drawn + outside.get("kv cross copies", 0) == report.kv_cross_bytes
+    assert sum(s.kv_cross_bytes for s in layout.buffers) == drawn
+    if plan == "joint":  # the table's arena row leaves out the cross K/V it holds
+        arena = next(r for r in report.rows if r.name == "joint arena")
+        assert layout.buffers[0].buffer_bytes - drawn == arena.bytes
 
 
 def test_whisper_cpp_tiny_rows(cli: Cli, tiny_model_factory: Factory) -> None:
