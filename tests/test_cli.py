@@ -215,3 +215,18 @@ def test_subtitle_flags_that_do_nothing_warn(capsys: pytest.CaptureFixture[str])
     assert subtitle_options(args) == SubtitleOptions(20, None, 3, True)
     assert capsys.readouterr().err == (
         "tensorplan: warning: --max-words-per-line has no effect with --max-line-width\n")
+
+
+# ---- one install story for PyTorch ----------------------------------------------------------
+def test_every_pytorch_hint_says_the_same() -> None:
+    """Hints name PyTorch's CPU build from its own index (PyPI's Linux default is CUDA)."""
+    from tensorplan.backends import TORCH_INSTALL
+
+    root = Path(__file__).resolve().parents[1]
+    for path in (root / "src" / "tensorplan").rglob("*.py"):
+        text = path.read_text()
+        for other in ("pip install torch==", "pip install 'tensorplan[torch]'",
+                      "pip install torch\"", "pip install torch'"):
+            assert other not in text, f"{path.name}: {other!r}; say TORCH_INSTALL instead"
+    assert TORCH_INSTALL in (root / "README.md").read_text()
+    assert "../shared" not in (root / "README.md").read_text()

@@ -122,7 +122,7 @@ def _add_planning_arguments(group: Any) -> None:
         choices=BACKENDS,
         default="auto",
         help="kernels: numpy (the reference), torch (PyTorch's CPU kernels over the same plan, "
-        "needs tensorplan[torch]); auto picks torch when it is installed",
+        "needs PyTorch's CPU build); auto picks torch when it is installed",
     )
 
 
