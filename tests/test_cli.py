@@ -230,3 +230,23 @@ def test_every_pytorch_hint_says_the_same() -> None:
             assert other not in text, f"{path.name}: {other!r}; say TORCH_INSTALL instead"
     assert TORCH_INSTALL in (root / "README.md").read_text()
     assert "../shared" not in (root / "README.md").read_text()
+
+
+def test_an_openai_whisper_command_line_end_to_end(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    jfk = Path(__file__).resolve().parents[1] / "samples" / "jfk.wav"
+    try:
+        resolve_model("tiny.en")
+    except ModelError as e:
+        pytest.skip(str(e))
+    argv = ["transcribe", str(jfk), "--model", "tiny.en", "--output_dir", str(tmp_path),
+            "--output_format", "srt", "--word_timestamps", "True", "--max_line_width", "20",
+            "--max_line_count", "2", "--beam_size", "1", "--temperature", "0",
+            "--verbose", "False", "--fp16", "False", "--device", "cpu", "--threads", "2"]
+    assert cli.main(argv) == 0
+    assert "fellow Americans" in capsys.readouterr().out
+    cues = (tmp_path / "jfk.srt").read_text().strip().split("\n\n")
+    assert len(cues) > 2
+    for cue in cues:
+        lines = cue.splitlines()[2:]
+        assert 1 <= len(lines) <= 2 and all(len(line) <= 20 for line in lines), cue
