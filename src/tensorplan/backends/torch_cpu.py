@@ -7,7 +7,7 @@ that tensor. Nodes PyTorch has no kernel for, or whose dtypes its kernel does no
 run their numpy kernel over the plain views. numpy stays the reference: tests compare
 the two backends node by node and end to end.
 
-Needs the optional dependency: pip install 'tensorplan[torch]' (the CPU build).
+Needs the optional dependency PyTorch, its CPU build: `TORCH_INSTALL` in backends/__init__.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from tensorplan.backends import TORCH_INSTALL
 from tensorplan.backends import threads as pools
 from tensorplan.backends.numpy_cpu import Bindings, NumpyBackend, NumpyBufferType, Program
 from tensorplan.graph import Graph
@@ -118,9 +119,7 @@ class TorchBackend(NumpyBackend):
         self, buffer_type: NumpyBufferType | None = None, min_matmul_rows: int = MIN_MATMUL_ROWS
     ) -> None:
         if torch is None:
-            raise ImportError(
-                "the torch backend needs PyTorch: pip install 'tensorplan[torch]'"
-            )
+            raise ImportError(f"the torch backend needs PyTorch's CPU build: {TORCH_INSTALL}")
         super().__init__(buffer_type)
         self.min_matmul_rows = min_matmul_rows
         # FBGEMM-packed int8 weights, shared by every graph: id(weight tensor) -> (the

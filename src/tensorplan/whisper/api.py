@@ -203,7 +203,8 @@ def load(opts: ModelOptions) -> Whisper:
     from tensorplan.backends import threads
 
     if opts.device != "cpu":
-        raise UserError(f"--device {opts.device}: this build runs on the CPU only")
+        raise UserError(f"--device {opts.device}: this build runs on the CPU only "
+                        "(use --device cpu)")
     threads.configure(opts.threads)
     try:
         runner = make_backend(opts.backend)

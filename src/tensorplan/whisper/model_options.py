@@ -39,7 +39,7 @@ class ModelOptions:
         "plan); auto picks torch when it is installed", group="model")
     device: Device = _opt("cpu", "where the graphs run", group="model")
     threads: int | None = _opt(
-        None, "CPU threads for every pool (BLAS, PyTorch, onnxruntime); none: this "
+        None, "CPU threads for every pool (BLAS, PyTorch, onnxruntime); none or 0: this "
         "machine's cores", group="model")
     # memory planning
     plan: PlanMode = _opt("joint", "how tensors handed between graphs stay alive: joint (one "
@@ -56,8 +56,8 @@ class ModelOptions:
     def __post_init__(self) -> None:
         if self.max_batch is not None and self.max_batch < 1:
             raise ValueError("max_batch must be at least 1")
-        if self.threads is not None and not 1 <= self.threads <= MAX_THREADS:
-            raise ValueError(f"threads must be between 1 and {MAX_THREADS}")
+        if self.threads is not None and not 0 <= self.threads <= MAX_THREADS:
+            raise ValueError(f"threads must be between 0 (the default) and {MAX_THREADS}")
         if not self.model:
             raise ValueError("model must name a model or a path")
 
@@ -71,15 +71,13 @@ PLANNING_GROUP = tuple(f.name for f in dataclasses.fields(ModelOptions)
                        if f.name not in MODEL_GROUP)
 
 
-def add_model_arguments(parser: argparse.ArgumentParser, exclude: Sequence[str] = ()) -> None:
-    """The model flags in a "model" group and the memory-planning ones in their own."""
+def add_model_arguments(models: Any, planning: Any, exclude: Sequence[str] = ()) -> None:
+    """The model flags into argument group `models`, the memory-planning ones into
+    `planning`."""
     from tensorplan.whisper.options import add_arguments
 
-    add_arguments(parser.add_argument_group("model"), ModelOptions, exclude=exclude,
-                  only=MODEL_GROUP)
-    add_arguments(parser.add_argument_group(
-        "memory planning", "how the runtime plans the model's memory (tensorplan plan shows "
-        "the result)"), ModelOptions, exclude=exclude, only=PLANNING_GROUP)
+    add_arguments(models, ModelOptions, exclude=exclude, only=MODEL_GROUP)
+    add_arguments(planning, ModelOptions, exclude=exclude, only=PLANNING_GROUP)
 
 
 def model_options_from_args(args: argparse.Namespace, **changes: Any) -> ModelOptions:
