@@ -15,7 +15,7 @@ from types import MappingProxyType
 
 from tensorplan.alloc import ggml
 from tensorplan.alloc.liveness import Liveness, analyze
-from tensorplan.alloc.offline import DEFAULT_BUDGET_S, solve
+from tensorplan.alloc.offline import DEFAULT_BUDGET_S, node_limit, solve
 from tensorplan.alloc.plan import (
     STRATEGIES,
     BufferSpec,
@@ -37,6 +37,7 @@ def plan_graph(
     strategy: str = "offline",
     budget_s: float = DEFAULT_BUDGET_S,
     owner: object | None = None,
+    max_nodes: int | None = None,
 ) -> Plan:
     """Plan `graph` for buffer types (or bare alignments). Reads tensors, changes none.
 
@@ -49,11 +50,12 @@ def plan_graph(
     t0 = time.perf_counter()
     with _no_cyclic_gc():
         live = analyze(graph, specs, owner)
-        if strategy == "offline":
-            placed, chunk_sizes = _pack_blocks(live, specs, budget_s)
-            inplace = dict(live.inplace)
-        else:
+        if strategy == "ggml":
             placed, chunk_sizes, inplace = ggml.simulate(graph, specs, owner)
+        else:
+            nodes = node_limit(strategy, max_nodes)
+            placed, chunk_sizes = _pack_blocks(live, specs, budget_s, nodes)
+            inplace = dict(live.inplace)
     plan = Plan(
         strategy=strategy,
         specs=specs,
@@ -85,7 +87,7 @@ def _no_cyclic_gc() -> Iterator[None]:
 
 
 def _pack_blocks(
-    live: Liveness, specs: Sequence[BufferSpec], budget_s: float
+    live: Liveness, specs: Sequence[BufferSpec], budget_s: float, max_nodes: int | None
 ) -> tuple[dict[Tensor, Placement], tuple[tuple[int, ...], ...]]:
     """Offline packing of each buffer id's blocks; every tensor of a block shares its spot."""
     placed: dict[Tensor, Placement] = {}
@@ -99,6 +101,7 @@ def _pack_blocks(
             [b.size for b in blocks],
             capacity=spec.max_size,
             budget_s=budget_s / max(len(used), 1),
+            max_nodes=max_nodes,
         )
         chunk_sizes.append(tuple(packed.chunk_sizes))
         for b, off, chunk in zip(blocks, packed.offsets, packed.chunks, strict=True):
@@ -111,7 +114,7 @@ def _pack_blocks(
 def _trace_inplace(live: Liveness, plan: Plan) -> None:
     for node, parent in plan.inplace.items():
         trace.debug("%s: in place over %s", node.name or node, parent.name or parent)
-    if plan.strategy != "offline":
+    if plan.strategy == "ggml":
         return  # the refusals below are the offline rule's, not ggml's
     for node, refused in live.refusals.items():
         for candidate, reason in refused:

@@ -70,7 +70,7 @@ class Problem:
     def preorder(self, key: str) -> list[int]:
         """Items in the tie-break order: the busiest section first ("total"), then the
         longest lifetime, then the largest area; "area" and "width" lead with those."""
-        busiest = [max(self.load[self.first[k] : self.stop[k]]) for k in range(self.n)]
+        busiest = [max(self.load[self.first[k] : self.stop[k]], default=0) for k in range(self.n)]
         width = [self.stop[k] - self.first[k] for k in range(self.n)]
         area = [width[k] * self.size[k] for k in range(self.n)]
         keys = {
