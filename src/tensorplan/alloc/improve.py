@@ -12,6 +12,7 @@ Work is counted in search nodes and the result depends only on the input and `ma
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -56,7 +57,7 @@ def improve(
     p = Problem(lo, hi, size)
     budget = _Budget(max_nodes, deadline)
     floor, proven_floor = bound, True  # capacities below `floor` are known not to fit
-    while floor < best and budget.left() > 0:
+    while floor < best and budget.left() > 0 and time.perf_counter() <= deadline:
         cap = floor if floor == bound else (floor + best - 1) // 2
         # the bound gets half the nodes: a packing there needs no further search
         share = budget.left() // (2 if floor == bound else 4)
@@ -87,6 +88,8 @@ def _attempt(p: Problem, cap: int, nodes: int, budget: _Budget) -> Outcome:
             return out
         if out.status is Status.INFEASIBLE:  # the whole skyline tree: reordering won't help
             break
+        if time.perf_counter() > budget.deadline:
+            return out
     out = decide(p, cap, nodes // PROOF_SHARE + max(quick, 0), budget.deadline, None)
     budget.spent += out.nodes
     return out
