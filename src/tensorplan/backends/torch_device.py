@@ -207,7 +207,7 @@ class Program:
     def bind(self) -> None:
         self.bound_to = [placement(t, self.views.bindings) for t in self.tensors]
         self.steps = [self.step(n) for n in self.nodes]
-        self.replay = None  # a capture of the old views is stale
+        self.replay, self.runs = None, 0  # a capture of the old views is stale
 
     def __call__(self) -> None:
         for kernel, out, srcs, params in self.steps:
