@@ -58,7 +58,8 @@ class CudaGraphCapturer:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self.pool):
                 run()
-        return graph
+        replayable: Replayable = graph  # CUDAGraph.replay() is the whole interface
+        return replayable
 
 
 class RecordingCapturer:
