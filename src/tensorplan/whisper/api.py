@@ -180,8 +180,10 @@ def load_model(name_or_path: str | os.PathLike[str] = DEFAULT_MODEL, *,
     `fields` are ModelOptions fields (or pass `options=`):
     compute_type: "int8" keeps every projection matrix and the token embedding as int8
       with per-row scales (faster-whisper's int8); "float32" computes as the reference.
-    backend: "numpy" (the reference), "torch" (PyTorch's CPU kernels over the same plan)
-      or "auto" (torch when installed).
+    backend: "numpy" (the reference), "torch" (PyTorch's CPU kernels over the same plan),
+      "device" (PyTorch tensors on `device`, CUDA graphs on a GPU) or "auto" (torch when
+      installed; device on cuda).
+    device: "cpu" or "cuda" (the device backend; float16 weight matrices).
     threads: CPU threads for every pool (None: this machine's cores).
     plan / strategy: how memory is planned ("joint" / "offline" by default).
     max_batch: the most sequences decoded together (beam size, best-of); sizes the KV
@@ -202,12 +204,9 @@ def load(opts: ModelOptions) -> Whisper:
     """The model `opts` describes, loaded and planned."""
     from tensorplan.backends import threads
 
-    if opts.device != "cpu":
-        raise UserError(f"--device {opts.device}: this build runs on the CPU only "
-                        "(use --device cpu)")
     threads.configure(opts.threads)
     try:
-        runner = make_backend(opts.backend)
+        runner = make_backend(opts.backend, opts.device)  # UserError: no such device here
     except (ImportError, ValueError) as e:  # torch missing, or no such backend
         raise UserError(f"backend {opts.backend!r}: {e}") from None
     weights, tokenizer = load_model_files(opts.model)  # CT2 dir, openai .pt or ggml .bin
