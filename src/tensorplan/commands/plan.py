@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tensorplan.alloc import STRATEGIES
 from tensorplan.errors import UserError
+from tensorplan.files import atomic_write
 from tensorplan.pipeline import PLAN_MODES
 
 if TYPE_CHECKING:  # the model stack is imported when the command runs, not at CLI start
@@ -188,15 +187,9 @@ def write_png(path: Path, layouts: Sequence[ArenaLayout], title: str) -> None:
 
 
 def _save_atomically(fig: Any, path: Path) -> None:
-    """Write to a temporary file beside `path`, then rename: never a half-written PNG."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format="png", dpi=110)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Never a half-written PNG, never over a device (files.atomic_write)."""
+    with atomic_write(path, "plot") as f:
+        fig.savefig(f, format="png", dpi=110)
 
 
 def _draw(ax: Any, layout: ArenaLayout) -> None:

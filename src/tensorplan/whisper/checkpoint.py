@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from tensorplan.errors import ModelError, UserError
-from tensorplan.whisper.models import _atomic
+from tensorplan.files import atomic_write
 from tensorplan.whisper.weights import ModelDims, map_file
 
 ZIP_MAGIC = b"PK\x03\x04"
@@ -227,6 +227,6 @@ def write_checkpoint(path: str | Path, dims: ModelDims, tensors: Mapping[str, np
     checkpoint: dict[str, Any] = {"dims": dataclasses.asdict(dims), "model_state_dict": state}
     if alignment_heads is not None:
         checkpoint["alignment_heads"] = encode_heads(alignment_heads, dims)
-    with _atomic(path) as f:
+    with atomic_write(path, "model file", parents=True) as f:
         torch.save(checkpoint, f)
     return path

@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import DTypeLike
 
-from tensorplan.errors import ModelError
+from tensorplan.errors import ModelError, UserError
+from tensorplan.files import MAX_MODEL_TEXT_BYTES, open_regular, read_bytes
 from tensorplan.whisper.models import DEFAULT_MODEL, resolve_model
 
 MAX_BINARY_VERSION = 6
@@ -37,7 +38,6 @@ MAX_RANK = 8  # CT2 never writes more than 4; anything above 8 is corruption
 WHISPER_SPEC = "WhisperSpec"
 MAX_WHISPER_REVISION = 3
 INT16_DEFAULT_SCALE = 1000.0  # CT2's global int16 scale, for old int16 files without a scale
-MAX_CONFIG_BYTES = 16 << 20  # config.json is ~2 KB; refuse to parse something absurd
 # What the rest of the engine can run: the audio front end computes 80 or 128 mel bins and
 # 3000 frames per window (1500 encoder positions after conv2's stride 2), and every Whisper
 # decodes at most 448 tokens. Bounding n_text_ctx also bounds the KV cache to a small
@@ -268,13 +268,19 @@ def read_model_bin(path: str | Path, spec: str | None = WHISPER_SPEC) -> ModelBi
 def map_file(path: Path, kind: str = "a model.bin") -> mmap.mmap:
     """A read-only memory map of a model file; every failure is a one-line ModelError.
     `kind` names what was expected, for the message about a directory."""
+    if path.is_dir():
+        raise ModelError(f"{path}: is a directory, not {kind}")
+    if not path.exists():
+        raise ModelError(f"{path}: no such file")
     try:
-        with path.open("rb") as f:
+        with open_regular(path, "model file") as f:  # a FIFO or device: refused, not blocked on
             if os.fstat(f.fileno()).st_size == 0:
                 raise ModelError(f"{path}: empty file")
             return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    except FileNotFoundError:
-        raise ModelError(f"{path}: no such file") from None
+    except ModelError:
+        raise
+    except UserError as e:
+        raise ModelError(str(e)) from None
     except IsADirectoryError:
         raise ModelError(f"{path}: is a directory, not {kind}") from None
     except OSError as e:
@@ -606,9 +612,9 @@ def read_config(path: str | Path, dims: ModelDims) -> WhisperConfig:
         )
         return WhisperConfig(heads, (), (), ())
     try:
-        if path.stat().st_size > MAX_CONFIG_BYTES:
-            raise ModelError(f"{path}: {path.stat().st_size} bytes is too large for a config")
-        data = json.loads(path.read_bytes())
+        data = json.loads(read_bytes(path, MAX_MODEL_TEXT_BYTES, "config"))
+    except UserError as e:  # a FIFO, a device, too large
+        raise ModelError(str(e)) from None
     except RecursionError:
         raise ModelError(f"{path}: not valid JSON (nested too deeply)") from None
     except (OSError, UnicodeDecodeError, ValueError) as e:

@@ -10,13 +10,13 @@ import json
 import math
 import os
 import re
-import secrets
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 from tensorplan.errors import UserError
+from tensorplan.files import write_atomic
 from tensorplan.whisper.result import Segment, TranscriptionResult, Word
 
 FORMATS = ("txt", "vtt", "srt", "tsv", "json")  # what "all" means
@@ -89,7 +89,7 @@ def write_outputs(
     paths = []
     for fmt, text in texts.items():
         path = output_dir / f"{Path(audio_path).stem}.{fmt}"
-        _write_atomic(path, text.encode("utf-8"))
+        write_atomic(path, text.encode("utf-8"))
         paths.append(path)
     return paths
 
@@ -248,49 +248,6 @@ def ensure_output_dir(output_dir: Path) -> None:
         output_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UserError(f"cannot create output directory {output_dir}: {_reason(e)}") from None
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Write a hidden temp file beside `path`, fsync it, then rename it over `path`."""
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
-    try:
-        fd = os.open(tmp, flags, 0o666)  # 0o666 & ~umask, like open(): mkstemp would give 0o600
-    except OSError as e:
-        raise UserError(f"cannot write to output directory {path.parent}: {_reason(e)}") from None
-    try:
-        try:
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException as e:
-        tmp.unlink(missing_ok=True)
-        if isinstance(e, OSError):
-            raise UserError(f"cannot write {path}: {_reason(e)}") from e
-        raise
-    _fsync_dir(path.parent)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Make the rename durable where the OS allows fsync on a directory."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _reason(e: OSError) -> str:
