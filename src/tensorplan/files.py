@@ -27,7 +27,7 @@ MiB = 1 << 20
 # ~0.5 KB per input, so 256 MiB is half a million files.
 MAX_MODEL_TEXT_BYTES = 64 * MiB  # config.json, tokenizer.json, vocabulary.txt / .json
 MAX_MANIFEST_BYTES = 256 * MiB
-_READ_CHUNK = 1 * MiB
+_READ_CHUNK = 1 * MiB  # a file that grows while read is read on in these
 
 
 def quote(path: str | os.PathLike[str]) -> str:
@@ -75,7 +75,10 @@ def read_bytes(path: str | os.PathLike[str], limit: int, what: str = "file") -> 
         if size > limit:
             raise UserError(f"{quote(path)}: {what} of {size} bytes is larger than the "
                             f"{_size(limit)} limit")
-        data = f.read(limit + 1)  # +1: a file growing while read is caught too
+        # read(n) reserves n bytes up front: ask for the size stat gave, +1 to catch growth
+        data = f.read(size + 1)
+        while size < len(data) <= limit and (more := f.read(_READ_CHUNK)):  # it grew
+            data += more
     if len(data) > limit:
         raise UserError(f"{quote(path)}: {what} is larger than the {_size(limit)} limit")
     return data

@@ -15,6 +15,7 @@ import numpy as np
 from tensorplan.backends import make_backend
 from tensorplan.errors import ModelError, UserError
 from tensorplan.whisper.formats import load_model_files
+from tensorplan.whisper.limits import check_kv_budget
 from tensorplan.whisper.model import WhisperModel
 from tensorplan.whisper.models import DEFAULT_MODEL
 from tensorplan.whisper.options import TranscribeOptions
@@ -50,10 +51,10 @@ class Whisper:
         `overrides` replace fields of `options` (e.g. `beam_size=5, language="en"`).
         `vad_options` tunes the speech detection of `vad_filter=True`.
         """
-        from tensorplan.whisper.audio import MelFrames, load_audio
+        from tensorplan.whisper.audio import MelFrames, open_audio
 
         opts = dataclasses.replace(options or TranscribeOptions(), **overrides)
-        samples = load_audio(audio) if not isinstance(audio, np.ndarray) else audio
+        samples = open_audio(audio, stream=opts.audio_stream)  # files streamed, arrays checked
         speech = None
         if opts.vad_filter:  # transcribe the speech only; its times are mapped back (vad.py)
             speech = SpeechOnly.find(samples, vad_options)
@@ -92,6 +93,7 @@ def load_model(name_or_path: str | os.PathLike[str] = DEFAULT_MODEL, *, plan: st
     if len(tokenizer.vocab) != weights.dims.n_vocab:
         raise ModelError(f"{name_or_path}: the tokenizer has {len(tokenizer.vocab)} tokens but "
                          f"the model's vocabulary has {weights.dims.n_vocab}")
+    check_kv_budget(weights.dims, max_batch, kv_dtype)  # before any arena is allocated
     model = WhisperModel(weights, tokenizer, weights.config, plan=plan, strategy=strategy,
                          max_batch=max_batch, kv_dtype=kv_dtype, weights_dtype=weights_dtype,
                          compute_type=compute_type, backend=runner)

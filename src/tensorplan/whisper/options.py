@@ -194,6 +194,9 @@ class TranscribeOptions(SearchOptions):
     hallucination_silence_threshold: float | None = _opt(
         None, "with word timestamps: skip silences longer than this many seconds around a "
               "possible hallucination")
+    # input
+    audio_stream: int | None = _opt(
+        None, "which audio stream of a file to read, from 0 (default: ffmpeg's choice)")
     # voice activity detection (whisper/vad.py)
     vad_filter: bool = _opt(
         False, "transcribe only the speech Silero VAD finds (needs onnxruntime and silero-vad)")
@@ -214,6 +217,7 @@ class TranscribeOptions(SearchOptions):
               or self.hallucination_silence_threshold > 0,
               "hallucination_silence_threshold must be positive")
         check_float(self, "prompt_reset_on_temperature")
+        check_int(self, "audio_stream", 0, 1 << 16, optional=True)
         check_clips(self.clip_timestamps)
         if self.hallucination_silence_threshold is not None and not self.word_timestamps:
             raise ValueError("hallucination_silence_threshold needs word_timestamps")
@@ -291,8 +295,12 @@ def from_args(cls: type[OptionsT], args: argparse.Namespace) -> OptionsT:
     values = {name: getattr(args, name) for name in names if hasattr(args, name)}
     try:
         return cls(**values)
-    except ValueError as e:
-        raise UserError(str(e)) from None
+    except ValueError as e:  # messages open with the field's name: say the flag instead
+        first, _, rest = str(e).partition(" ")
+        field_name = first.rstrip(":")
+        if field_name in names:
+            first = flag_name(field_name) + first[len(field_name):]
+        raise UserError(f"{first} {rest}") from None
 
 
 def to_argv(options: SearchOptions) -> list[str]:

@@ -432,7 +432,26 @@ def load_tokenizer(model_dir: str | os.PathLike[str]) -> Tokenizer:
             getattr(tokenizer, name)
     except ModelError as e:
         raise ModelError(f"{path}: {e}") from None
+    _check_kind(tokenizer, path)
     return tokenizer
+
+
+ENGLISH_N_VOCAB = 51864  # every English-only Whisper; multilingual ones have 51865 or more
+
+
+def _check_kind(tokenizer: Tokenizer, path: Path) -> None:
+    """The BPE's kind (GPT-2's English BPE holds <|endoftext|>) must agree with the vocabulary
+    size openai-whisper's rule reads it from: a tokenizer.json that lost <|endoftext|> from an
+    English BPE otherwise decodes as multilingual, into an empty or wrong transcript.
+    Vocabularies smaller than Whisper's (test models) have no rule to check against."""
+    n_vocab = tokenizer.n_vocab
+    if n_vocab < ENGLISH_N_VOCAB or tokenizer.is_multilingual == (n_vocab > ENGLISH_N_VOCAB):
+        return
+    if tokenizer.is_multilingual:
+        raise ModelError(f"{path}: the BPE vocabulary has no <|endoftext|>, as a multilingual "
+                         f"model's, but {n_vocab} tokens is an English-only vocabulary")
+    raise ModelError(f"{path}: the BPE vocabulary holds <|endoftext|>, as an English-only "
+                     f"model's, but {n_vocab} tokens is a multilingual vocabulary")
 
 
 def _library_failure(e: BaseException) -> bool:

@@ -10,13 +10,13 @@ import json
 import math
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 from tensorplan.errors import UserError
-from tensorplan.files import write_atomic
+from tensorplan.files import quote, same_file, write_atomic
 from tensorplan.whisper.result import Segment, TranscriptionResult, Word
 
 FORMATS = ("txt", "vtt", "srt", "tsv", "json")  # what "all" means
@@ -86,12 +86,36 @@ def write_outputs(
     texts = {fmt: render(result, fmt, options) for fmt in parse_formats(formats)}
     output_dir = Path(output_dir)
     ensure_output_dir(output_dir)
+    check_outputs([audio_path], output_dir, tuple(texts))
     paths = []
     for fmt, text in texts.items():
-        path = output_dir / f"{Path(audio_path).stem}.{fmt}"
+        path = output_path(audio_path, output_dir, fmt)
         write_atomic(path, text.encode("utf-8"))
         paths.append(path)
     return paths
+
+
+def output_path(audio_path: str | os.PathLike[str], output_dir: Path, fmt: str) -> Path:
+    return output_dir / f"{Path(audio_path).stem}.{fmt}"
+
+
+def check_outputs(audio_paths: Sequence[str | os.PathLike[str]], output_dir: Path,
+                  formats: Sequence[str]) -> None:
+    """UserError, before anything is written, if two inputs would write the same output
+    (a/x.wav and b/x.wav both make x.txt) or an output would replace an input (an audio
+    file named notes.txt, transcribed to txt in its own folder)."""
+    writers: dict[Path, str | os.PathLike[str]] = {}
+    for audio in audio_paths:
+        for fmt in formats:
+            path = output_path(audio, output_dir, fmt)
+            if path in writers:
+                raise UserError(f"{quote(writers[path])} and {quote(audio)} would both write "
+                                f"{quote(path)}: rename one or transcribe them separately")
+            writers[path] = audio
+            for other in audio_paths:
+                if same_file(path, other):
+                    raise UserError(f"{quote(path)}: is an input audio file; its transcript "
+                                    "would overwrite it (choose another --output-dir)")
 
 
 # renderers
