@@ -138,6 +138,9 @@ class StreamedAudio:
             source = _read_stdin()
         self.source, self.sr, self.stream = source, sr, stream
         self.name = _source_name(source, stdin)
+        self.buf: np.ndarray = np.zeros(0, np.float32)  # samples [start, start + buf.size)
+        self.start = 0
+        self.chunks: Iterator[np.ndarray] = iter(())
         self.size = 0
         self.head = np.zeros(0, np.float32)  # the first N_FFT samples: the STFT reflects them
         for pcm in self._pcm():
@@ -183,7 +186,7 @@ class StreamedAudio:
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         whole = load_audio(self.source, self.sr, self.stream)
-        return whole if dtype is None else whole.astype(dtype)
+        return whole if dtype is None else np.asarray(whole, dtype)
 
     def _reset(self) -> None:
         self.chunks = self._pcm()
@@ -205,7 +208,8 @@ def _source_name(source: str | os.PathLike[str] | bytes, stdin: bool) -> str:
 
 def _to_float(pcm: np.ndarray) -> np.ndarray:
     # 1/32768 is a power of two, so this is exactly int16 / 32768
-    return np.multiply(pcm, np.float32(1 / 32768), dtype=np.float32)
+    out: np.ndarray = np.multiply(pcm, np.float32(1 / 32768), dtype=np.float32)
+    return out
 
 
 def _read_stdin() -> bytes:

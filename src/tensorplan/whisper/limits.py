@@ -29,7 +29,8 @@ MAX_KV_ENV = "TENSORPLAN_MAX_KV_BYTES"
 def kv_cache_bytes(dims: Any, max_batch: int, kv_dtype: str) -> int:
     """Bytes of the self-attention K and V caches for `max_batch` sequences."""
     itemsize = np.dtype(kv_dtype).itemsize
-    return 2 * dims.n_text_layer * max_batch * dims.n_text_ctx * dims.n_text_state * itemsize
+    return 2 * int(dims.n_text_layer) * max_batch * int(dims.n_text_ctx) * int(dims.n_text_state) \
+        * itemsize
 
 
 def max_kv_bytes() -> int:

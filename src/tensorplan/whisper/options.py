@@ -104,7 +104,7 @@ class SearchOptions:
               f"{self.max_initial_timestamp}")
 
 
-def check(ok: bool, message: str) -> None:
+def check(ok: Any, message: str) -> None:  # Any: numpy comparisons give numpy bools
     if not ok:
         raise ValueError(message)
 
