@@ -294,3 +294,36 @@ def test_sigterm_stops_a_worker_batch_with_one_message(tmp_path: Path, talk: Pat
 
     manifest = json.loads((tmp_path / "out" / MANIFEST_NAME).read_text())
     assert all(e["status"] in ("pending", "done") for e in manifest["files"].values())
+
+
+# --- digital silence ---------------------------------------------------------------------------
+
+
+def test_vad_filter_drops_the_you_of_digital_silence(tmp_path: Path) -> None:
+    """Whisper says "You" for a window of digital silence (the reference's rule, kept by
+    default); --vad-filter must not decode those windows at all."""
+    import shutil
+
+    import numpy as np
+
+    from tensorplan.whisper.audio import load_audio
+
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("espeak-ng is not installed (apt-get install -y espeak-ng)")
+    try:
+        from tensorplan.whisper.vad import load_vad_model
+
+        load_vad_model()
+    except Exception as e:  # noqa: BLE001 (any missing piece of the VAD: skip, say which)
+        pytest.skip(f"voice activity detection unavailable: {e}")
+    speech = tmp_path / "speech.wav"
+    subprocess.run(["espeak-ng", "-w", str(speech), "the weather is fine today"], check=True)
+    words = load_audio(speech)
+    silence = np.zeros(16000 * 65, np.float32)  # two whole windows of zeros
+    path = tmp_path / "gaps.wav"
+    path.write_bytes(wav(pcm16(np.concatenate([words, silence, words, silence, words]))))
+    run = run_cli("transcribe", path, *FAST, "--sample-len", "32", "--vad-filter",
+                  "--no-verbose", timeout=600)
+    assert_ok(run)
+    assert "weather" in run.stdout.lower()
+    assert "you" not in run.stdout.lower().replace(".", " ").split(), run.stdout
