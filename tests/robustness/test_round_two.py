@@ -325,5 +325,5 @@ def test_vad_filter_drops_the_you_of_digital_silence(tmp_path: Path) -> None:
     run = run_cli("transcribe", path, *FAST, "--sample-len", "32", "--vad-filter",
                   "--no-verbose", timeout=600)
     assert_ok(run)
-    assert "weather" in run.stdout.lower()
+    assert "today" in run.stdout.lower()  # espeak's "weather" is often heard as "whether"
     assert "you" not in run.stdout.lower().replace(".", " ").split(), run.stdout
