@@ -14,7 +14,8 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "tensorplan"
 
 # Each layer may import only the layers listed for it (imports point downward).
 ALLOWED = {
-    "alloc": {"alloc", "tensor", "dtype", "graph", "errors"},
+    "alloc": {"alloc", "tensor", "dtype", "graph", "errors", "files"},
+    "files": {"errors"},  # safe reads and writes: a leaf beside errors, usable by every layer
     "tensor": {"dtype"},
     "dtype": set(),
     "graph": {"tensor"},

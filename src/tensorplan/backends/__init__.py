@@ -42,12 +42,12 @@ def make_backend(name: str = "auto", device: str = "cpu") -> Backend:
                          f"{device}")
     if name == "numpy" or (name == "auto" and not torch_available()):
         if device != "cpu":
-            raise ImportError(f"{device} needs PyTorch: pip install 'tensorplan[torch]' "
-                              "(a CUDA build)")
+            raise ImportError(f"{device} needs a CUDA build of PyTorch (see PyTorch's "
+                              "install page for your CUDA version)")
         return NumpyBackend()
     if name == "device" or device != "cpu":
         if not torch_available():
-            raise ImportError("the device backend needs PyTorch: pip install 'tensorplan[torch]'")
+            raise ImportError(f"the device backend needs PyTorch: {TORCH_INSTALL}")
         from tensorplan.backends import torch_device  # imports torch
 
         # a GPU holds weight matrices in float16 (tensor cores, half the memory)

@@ -21,6 +21,7 @@ import numpy as np
 from tensorplan.backends import make_backend
 from tensorplan.errors import ModelError, UserError
 from tensorplan.whisper.formats import load_model_files
+from tensorplan.whisper.limits import check_kv_budget
 from tensorplan.whisper.model import WhisperModel
 from tensorplan.whisper.model_options import DEFAULT_MAX_BATCH, ModelOptions
 from tensorplan.whisper.models import DEFAULT_MODEL
@@ -77,10 +78,10 @@ class Session:
     def _run(self, audio: Audio, options: TranscribeOptions | None,
              on_segment: SegmentCallback | None, progress: ProgressCallback | None,
              vad_options: VadOptions | None, overrides: dict[str, Any]) -> TranscriptionResult:
-        from tensorplan.whisper.audio import MelFrames, as_samples, load_audio
+        from tensorplan.whisper.audio import MelFrames, open_audio
 
         opts = dataclasses.replace(options or TranscribeOptions(), **overrides)
-        samples = as_samples(audio) if isinstance(audio, np.ndarray) else load_audio(audio)
+        samples = open_audio(audio, stream=opts.audio_stream)  # files streamed, arrays checked
         speech = None
         if opts.vad_filter:  # transcribe the speech only; its times are mapped back (vad.py)
             speech = SpeechOnly.find(samples, vad_options)
@@ -213,8 +214,10 @@ def load(opts: ModelOptions) -> Whisper:
     if len(tokenizer.vocab) != weights.dims.n_vocab:
         raise ModelError(f"{opts.model}: the tokenizer has {len(tokenizer.vocab)} tokens but "
                          f"the model's vocabulary has {weights.dims.n_vocab}")
+    max_batch = opts.max_batch or DEFAULT_MAX_BATCH
+    check_kv_budget(weights.dims, max_batch, opts.kv_dtype)  # before any arena is allocated
     model = WhisperModel(weights, tokenizer, weights.config, backend=runner, plan=opts.plan,
-                         strategy=opts.strategy, max_batch=opts.max_batch or DEFAULT_MAX_BATCH,
+                         strategy=opts.strategy, max_batch=max_batch,
                          kv_dtype=opts.kv_dtype, weights_dtype=opts.weights_dtype,
                          compute_type=opts.compute_type)
     return Whisper(model, opts.model, opts)
