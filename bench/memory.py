@@ -13,6 +13,9 @@ is a plan mode (dedicated, output, joint), plus joint with float16 KV caches and
      a 1-hour file. --silences runs only a 1-hour FLAC of speech between 5-minute digital
      silences against a 30 s one (target: within 15%), the streamed-decoding figure.
 
+  4. per session: what one more stream costs on a loaded model (planned bytes, and the RSS
+     a second session added), tiny.en and base, greedy and beam 5; --sessions runs only it.
+
     python bench/memory.py [--quick] [--repeats 3] [--long-repeats 1] [--plan joint] [--hour]
 
 --quick prints part 1 for tiny.en only (no subprocess runs, a few seconds).
@@ -266,6 +269,55 @@ def child(job: str, audio: str) -> int:
     return 0
 
 
+WHISPER_CPP_STATE_TINY_EN = 145.68  # MB of non-weight buffers per whisper_state, 1.8.5
+SESSION_RUNS = (("greedy", {"beam_size": None, "temperature": (0.0,)}, 1),
+                ("beam 5", {"beam_size": 5}, 5))
+
+
+def session_child(model_name: str, run: str) -> int:
+    """The measured process for one session: load, warm one session up on jfk.wav, then
+    make a second and transcribe with it; print its planned bytes and the RSS it added."""
+    from tensorplan.whisper.api import load_model
+
+    decode, max_batch = next((d, b) for name, d, b in SESSION_RUNS if name == run)
+    model = load_model(model_name, backend="numpy", max_batch=max_batch)
+    model.session().transcribe(JFK, **decode)
+    gc.collect()
+    before = _rss()
+    second = model.session()
+    second.transcribe(JFK, **decode)
+    gc.collect()
+    print(json.dumps({"planned": model.session_bytes, "rss_delta": _rss() - before,
+                      "weights": sum(t.nbytes for t in model.model.param.tensors.values())}))
+    return 0
+
+
+def _rss() -> int:
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def per_session(models: Sequence[str]) -> None:
+    """Part 4: what one more stream costs: a session's planned bytes and the RSS a second
+    session added (each model and decoding in a fresh process), beside whisper.cpp's
+    per-state buffers."""
+    rows = []
+    for name in models:
+        for run, _, max_batch in SESSION_RUNS:
+            proc = subprocess.run([sys.executable, __file__, "--session-child", name, run],
+                                  capture_output=True, text=True)
+            if proc.returncode != 0:
+                rows.append([name, run, "-", "-", "-", proc.stderr.strip().splitlines()[-1]])
+                continue
+            got = json.loads(proc.stdout.strip().splitlines()[-1])
+            rows.append([name, run, str(max_batch), f"{got['planned'] / MB:.2f}",
+                         f"{got['rss_delta'] / MB:.2f}", f"{got['weights'] / MB:.1f}"])
+    print("\n## 4. per session (a second stream on a loaded model, numpy backend)")
+    print(table(["model", "decoding", "KV sequences", "planned MB", "RSS added MB",
+                 "weights MB (shared)"], rows))
+    print(f"whisper.cpp 1.8.5, tiny.en: {WHISPER_CPP_STATE_TINY_EN} MB of non-weight buffers "
+          "per whisper_state")
+
+
 def _high_water() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * KIB
 
@@ -283,10 +335,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--hour", action="store_true", help="also a 1-hour file (slow)")
     ap.add_argument("--silences", action="store_true",
                     help="only the streamed 1-hour FLAC of speech and long silences vs 30 s")
+    ap.add_argument("--sessions", action="store_true",
+                    help="only part 4: the bytes one more session costs (tiny.en, base)")
     ap.add_argument("--child", nargs=2, metavar=("JOB", "AUDIO"), help=argparse.SUPPRESS)
+    ap.add_argument("--session-child", nargs=2, metavar=("MODEL", "RUN"),
+                    help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         return child(*args.child)
+    if args.session_child:
+        return session_child(*args.session_child)
+    if args.sessions:
+        per_session(("tiny.en", "base"))
+        return 0
     if args.silences:
         long_silences(args.plan, args.long_repeats)
         return 0
@@ -295,6 +356,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.quick:
         return 0
     rss_by_config(args.repeats)
+    per_session(("tiny.en", "base"))
     long_audio(args.plan, args.hour, args.long_repeats)
     return 0
 

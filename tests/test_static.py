@@ -118,3 +118,18 @@ def test_ruff_clean() -> None:
         [ruff, "check", "src", "tests", "bench"], capture_output=True, text=True, cwd=SRC.parents[1]
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_repository_stands_alone() -> None:
+    """Docs and docstrings point into the repository, never at notes a clone lacks."""
+    root = SRC.parents[1]
+    outside = ("../shared", "shared/reference", "DESIGN.md", "reference/whisper.md",
+               "ggml-alloc.md", "planners.md")
+    files = [root / "README.md", *root.glob("docs/*.md")]
+    for folder in ("src", "tests", "bench"):
+        files += (root / folder).rglob("*.py")
+    for f in files:
+        text = f.read_text(errors="replace")
+        found = [o for o in outside if o in text
+                 and f.name not in ("test_static.py", "test_cli.py")]  # these check for them
+        assert not found, f"{f.relative_to(root)} cites {found}"

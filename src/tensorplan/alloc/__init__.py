@@ -1,7 +1,7 @@
 """The graph memory planner: tensors in, (buffer, chunk, offset) out.
 
 Knows nothing of numpy, devices or Whisper; reads a tensor only through its size, layout,
-view root, flags, inputs, op and buffer id (DESIGN.md, the allocator contract). Three
+view root, flags, inputs, op and buffer id (docs/allocator.md, the allocator contract). Three
 strategies: `offline` (default: all lifetimes known up front, packed to the lower bound
 where it can, with a bounded search), `exact` (searches until the optimum is proven or the
 budget ends) and `ggml` (ggml-alloc's online rules, the faithful baseline).

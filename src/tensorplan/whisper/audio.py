@@ -1,5 +1,5 @@
 """Audio in: decode any file to 16 kHz mono float32, and compute the log-mel features Whisper
-reads (reference/whisper.md §2.1).
+reads (openai-whisper's log-mel front end).
 
 Decoding uses PyAV (its wheels bundle ffmpeg). Frames are resampled as they are decoded by
 libswresample to signed 16-bit mono at 16 kHz, then divided by 32768: the same path as the

@@ -1,4 +1,4 @@
-"""Decode one 30-second window into tokens (reference/whisper.md §2.3-§2.6).
+"""Decode one 30-second window into tokens, as openai-whisper does (docs/decoding.md).
 
 The session has already encoded the window (`session.encode(mel)`); decoding only runs the
 text decoder through an `Inference` session. The loop is assembled from small strategies:

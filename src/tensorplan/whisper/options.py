@@ -4,7 +4,7 @@ The frozen dataclasses below are the one source of truth: each field's default, 
 help text generate the CLI flags (`add_arguments`), which read back with `from_args`.
 Flags are kebab-case versions of openai-whisper's names (`--beam-size`, `--no-speech-threshold`).
 
-Defaults, chosen deliberately (reference/whisper.md §2.11):
+Defaults, chosen deliberately (docs/decoding.md):
 - `beam_size=5`, `best_of=5`, as the openai CLI, faster-whisper and whisper.cpp all do (only
   openai's Python API defaults to greedy). Our output then matches the tools users compare us
   with, and speed comparisons with them are like for like. `beam_size=None` selects greedy.

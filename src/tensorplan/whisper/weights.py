@@ -10,7 +10,7 @@ The mapping stays open while the `ModelBin` or any view of it is alive.
 Validation happens before anything is allocated: every count, length and shape is checked
 against the bytes the file has left, so a corrupt or hostile file costs at most its own size.
 Every problem is a `ModelError` whose one-line message starts with the file's path.
-Format reference: shared/reference/whisper.md §1.
+The format is CTranslate2's model.bin (little-endian, no padding; see read_model_bin).
 """
 
 from __future__ import annotations
