@@ -30,6 +30,7 @@ from typing import Any, Literal, TypeVar, Union
 from tensorplan.errors import UserError
 
 Task = Literal["transcribe", "translate"]
+MAX_BATCH_SIZE = 64  # windows decoded together; 64 tiny windows hold 1.2 GB of cross K/V
 PREPEND_PUNCTUATIONS = "\"'“¿([{-"
 APPEND_PUNCTUATIONS = "\"'.。,，!！?？:：”)]}、"
 
@@ -132,8 +133,16 @@ class TranscribeOptions(SearchOptions):
     vad_filter: bool = _opt(
         False, "transcribe only the speech Silero VAD finds (needs onnxruntime and silero-vad)")
 
+    # batched transcription (whisper/batched.py)
+    batch_size: int | None = _opt(
+        None, "cut the audio at pauses into chunks of at most 30 s and decode this many "
+              "together, each without the previous text (faster-whisper's batched pipeline); "
+              "None: one window after another")
+
     def __post_init__(self) -> None:
         SearchOptions.__post_init__(self)
+        if self.batch_size is not None and not 1 <= self.batch_size <= MAX_BATCH_SIZE:
+            raise ValueError(f"batch_size must be between 1 and {MAX_BATCH_SIZE}")
         if not self.temperature or min(self.temperature) < 0:
             raise ValueError("temperature needs one or more values, none negative")
         if self.hallucination_silence_threshold is not None and not self.word_timestamps:
