@@ -45,7 +45,8 @@ def group_size(options: TranscribeOptions) -> int:
 
 def batch_windows(batch_size: int, n_chunks: int) -> int:
     """Windows to plan for: the batch size, or for fewer chunks the next power of two
-    (a short file does not pay for a full batch, and at most log2(64) shapes exist)."""
+    (a short file does not hold a full batch's memory; at most log2(64) shapes exist).
+    A partial last batch runs the batch's smallest prefix that holds it."""
     if n_chunks >= batch_size:
         return batch_size
     return min(batch_size, 1 << max(0, n_chunks - 1).bit_length())
@@ -86,10 +87,10 @@ class _Windows:
                  samples: np.ndarray) -> None:
         self.session, self.options, self.samples = session, options, samples
         # SeekLoop's segment rules, reused per window (language is set: it encodes nothing)
-        self.cutter = SeekLoop(session, _NoFrames(), options)
+        self.aligner = WordAligner(session, options) if options.word_timestamps else None
+        self.cutter = SeekLoop(session, _NoFrames(), options, aligner=self.aligner)
         self.prompt = (tuple(session.tokenizer.encode(" " + options.initial_prompt.strip()))
                        if options.initial_prompt else None)
-        self.aligner = WordAligner(session, options) if options.word_timestamps else None
         self.segments: list[Segment] = []
 
     def run(self, batch: WindowBatch, chunks: Sequence[Chunk],

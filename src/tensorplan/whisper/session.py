@@ -18,7 +18,7 @@ import numpy as np
 from tensorplan.backends.base import Executor, bind_templates
 from tensorplan.whisper import graphs
 from tensorplan.whisper.model import HEAD_ROWS, PROMPT_BUCKETS, DecoderGraph, WhisperModel
-from tensorplan.whisper.window_batch import BatchDecoder, WindowBatch
+from tensorplan.whisper.window_batch import BatchDecoder, BatchGraphs, WindowBatch
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,12 +89,12 @@ class WhisperSession:
             ex.set(k, ex.get(k_slot))
             ex.set(v, ex.get(v_slot))
 
-    def run_batch(self, batch: WindowBatch, g: BatchDecoder, tokens: np.ndarray,
-                  positions: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """Feed tokens (S, N) at positions (S, N) of the batch's S sequences through one of
-        its graphs; rows: flat row ids for logits."""
+    def run_batch(self, batch: WindowBatch, graphs: BatchGraphs, g: BatchDecoder,
+                  tokens: np.ndarray, positions: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Feed tokens (S, N) at positions (S, N) of the first S sequences of the batch
+        through one of its graphs; rows: flat row ids for logits."""
         ex = self.batch_executor(batch)
-        self._feed(ex, g.inputs, g.n_tok, batch.n_seq, tokens, positions,
+        self._feed(ex, g.inputs, g.n_tok, graphs.n_seq, tokens, positions,
                    np.arange(len(tokens)))
         ex.set(g.inputs.logit_rows, np.asarray(rows, np.int32))
         ex.compute(batch.graph(g))
@@ -110,6 +110,17 @@ class WhisperSession:
         for k, v in batch.kv_self:
             for cache in (k, v):
                 ex.copy_slots(cache, batch.n_seq, source_rows, n_ctx)
+
+    def move_windows(self, batch: WindowBatch, source_slots: Sequence[int], n_ctx: int) -> None:
+        """Window slot i takes slot source_slots[i]: its cross K/V and its sequences' first
+        n_ctx cache rows (packs the windows still decoding into a smaller prefix)."""
+        ex = self.batch_executor(batch)
+        for k, v in batch.kv_cross:
+            for cross in (k, v):
+                ex.copy_slots(cross, batch.n_windows, source_slots, cross.shape[0]
+                              // batch.n_windows)
+        g = batch.n_group
+        self.reorder_batch_kv(batch, [s * g + i for s in source_slots for i in range(g)], n_ctx)
 
     # ---- one window ---------------------------------------------------------------------
     def encode(self, mel: np.ndarray) -> None:
