@@ -105,11 +105,17 @@ class WhisperSession:
 
     def reorder_batch_kv(self, batch: WindowBatch, source_rows: Sequence[int],
                          n_ctx: int) -> None:
-        """Sequence i of the batch takes sequence source_rows[i]'s first n_ctx cache rows."""
+        """Sequence i of the batch takes sequence source_rows[i]'s first n_ctx cache rows.
+        Only the sequences that change are copied: with 8 windows of 5 beams, copying all
+        40 moved ~50 MB a step, and most beams keep their own history."""
+        moved = [i for i, s in enumerate(source_rows) if s != i]
+        if not moved:
+            return
         ex = self.batch_executor(batch)
+        sources = [source_rows[i] for i in moved]
         for k, v in batch.kv_self:
             for cache in (k, v):
-                ex.copy_slots(cache, batch.n_seq, source_rows, n_ctx)
+                ex.copy_slots(cache, batch.n_seq, sources, n_ctx, targets=moved)
 
     def move_windows(self, batch: WindowBatch, source_slots: Sequence[int], n_ctx: int) -> None:
         """Window slot i takes slot source_slots[i]: its cross K/V and its sequences' first
