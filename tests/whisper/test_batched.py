@@ -141,3 +141,11 @@ def test_chunks_are_planned_once_per_shape(tiny) -> None:
     a = tiny.model.window_batch(2, 1)
     assert tiny.model.window_batch(2, 1) is a and a.n_seq == 2
     assert a.nbytes > 0 and Chunk(0, 16000).offset == 0.0
+
+
+def test_plan_says_what_a_batch_holds(capsys) -> None:
+    from tensorplan.cli import main
+
+    assert main(["plan", "--plan", "joint", "--batch-size", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "batch 2, greedy" in out and "batch 2, beam 5" in out and "faster-whisper" in out
