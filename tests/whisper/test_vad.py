@@ -297,13 +297,9 @@ def test_restore_segment_and_its_words() -> None:
 # --- the wiring in Whisper.transcribe and the CLI ----------------------------------------
 
 
-@pytest.fixture(autouse=True)
-def _no_session_memory(monkeypatch: pytest.MonkeyPatch) -> None:
-    """fake_whisper's sessions hold nothing: the tests here fake the decoding loop."""
+def fake_whisper(monkeypatch: pytest.MonkeyPatch) -> api.Whisper:
+    """A Whisper whose sessions hold nothing: the tests using it fake the decoding loop."""
     monkeypatch.setattr(api, "WhisperSession", lambda model: SimpleNamespace(model=model))
-
-
-def fake_whisper() -> api.Whisper:
     return api.Whisper(SimpleNamespace(dims=SimpleNamespace(n_mels=80)), "fake")  # type: ignore[arg-type]
 
 
@@ -323,7 +319,7 @@ def test_transcribe_decodes_the_speech_and_restores_times(monkeypatch: pytest.Mo
 
     monkeypatch.setattr(api, "transcribe", fake_transcribe)
     emitted: list[Segment] = []
-    result = fake_whisper().transcribe(np.zeros(13 * SR, np.float32), vad_filter=True,
+    result = fake_whisper(monkeypatch).transcribe(np.zeros(13 * SR, np.float32), vad_filter=True,
                                        on_segment=emitted.append)
     assert seen["frames"] == 400  # 4 s of speech
     assert [(s.start, s.end) for s in result.segments] == [(1.0, 2.8), (10.2, 12.0)]
@@ -338,9 +334,9 @@ def test_transcribe_without_speech_decodes_nothing(monkeypatch: pytest.MonkeyPat
         raise AssertionError("decoded audio without speech")
 
     monkeypatch.setattr(api, "transcribe", fail)
-    result = fake_whisper().transcribe(np.zeros(5 * SR, np.float32), vad_filter=True)
+    result = fake_whisper(monkeypatch).transcribe(np.zeros(5 * SR, np.float32), vad_filter=True)
     assert (result.text, result.segments, result.language) == ("", (), "en")
-    result = fake_whisper().transcribe(np.zeros(SR, np.float32), vad_filter=True,
+    result = fake_whisper(monkeypatch).transcribe(np.zeros(SR, np.float32), vad_filter=True,
                                        language="German")
     assert result.language == "de"
 

@@ -89,10 +89,11 @@ class Executor(Protocol):
         """Run graph.nodes in order, each into its planned output."""
         ...
 
-    def copy_slots(self, t: Tensor, n_slots: int, sources: Sequence[int], n_rows: int) -> None:
+    def copy_slots(self, t: Tensor, n_slots: int, sources: Sequence[int], n_rows: int,
+                   targets: Sequence[int] | None = None) -> None:
         """t's first axis is n_slots equal runs of rows (a KV cache of n_slots sequences):
-        slot i takes the first `n_rows` rows of slot sources[i], all at once (sources
-        may repeat and overlap the destinations)."""
+        slot targets[i] (default: i) takes the first `n_rows` rows of slot sources[i], all
+        at once (sources may repeat and overlap the destinations)."""
         ...
 
 

@@ -211,10 +211,12 @@ class NumpyExecutor:
     def get(self, t: Tensor) -> np.ndarray:
         return self.array(t).copy()
 
-    def copy_slots(self, t: Tensor, n_slots: int, sources: Sequence[int], n_rows: int) -> None:
+    def copy_slots(self, t: Tensor, n_slots: int, sources: Sequence[int], n_rows: int,
+                   targets: Sequence[int] | None = None) -> None:
         a = self.array(t).reshape(n_slots, -1, *t.shape[1:])
         src = np.asarray(sources)
-        a[: len(src), :n_rows] = a[src, :n_rows]  # fancy indexing reads before it writes
+        dst = slice(0, len(src)) if targets is None else np.asarray(targets)
+        a[dst, :n_rows] = a[src, :n_rows]  # fancy indexing reads before it writes
 
     def compute(self, graph: Graph) -> None:
         program = self._programs.get(graph)
@@ -249,8 +251,9 @@ class NumpyBackend:
     def get(self, t: Tensor) -> np.ndarray:
         return self._own.get(t)
 
-    def copy_slots(self, t: Tensor, n_slots: int, sources: Sequence[int], n_rows: int) -> None:
-        self._own.copy_slots(t, n_slots, sources, n_rows)
+    def copy_slots(self, t: Tensor, n_slots: int, sources: Sequence[int], n_rows: int,
+                   targets: Sequence[int] | None = None) -> None:
+        self._own.copy_slots(t, n_slots, sources, n_rows, targets)
 
     def compute(self, graph: Graph) -> None:
         self._own.compute(graph)

@@ -265,10 +265,13 @@ class DeviceExecutor:
         v = self.view(t).to("cpu", TORCH_DTYPES[t.dtype.name], copy=True)
         return v.numpy()
 
-    def copy_slots(self, t: Tensor, n_slots: int, sources: Sequence[int], n_rows: int) -> None:
+    def copy_slots(self, t: Tensor, n_slots: int, sources: Sequence[int], n_rows: int,
+                   targets: Sequence[int] | None = None) -> None:
         a = self.view(t).view(n_slots, -1, *t.shape[1:])
         idx = torch.as_tensor(list(sources), dtype=torch.long, device=a.device)
-        a[: len(idx), :n_rows] = a[idx, :n_rows]  # the gather is a copy: read before write
+        dst = (torch.as_tensor(list(targets), dtype=torch.long, device=a.device)
+               if targets is not None else torch.arange(len(idx), device=a.device))
+        a[dst, :n_rows] = a[idx, :n_rows]  # the gather is a copy: read before write
 
     def compute(self, graph: Graph) -> None:
         p = self._programs.get(graph)
@@ -350,8 +353,9 @@ class DeviceBackend:
     def get(self, t: Tensor) -> np.ndarray:
         return self._own.get(t)
 
-    def copy_slots(self, t: Tensor, n_slots: int, sources: Sequence[int], n_rows: int) -> None:
-        self._own.copy_slots(t, n_slots, sources, n_rows)
+    def copy_slots(self, t: Tensor, n_slots: int, sources: Sequence[int], n_rows: int,
+                   targets: Sequence[int] | None = None) -> None:
+        self._own.copy_slots(t, n_slots, sources, n_rows, targets)
 
     def compute(self, graph: Graph) -> None:
         self._own.compute(graph)

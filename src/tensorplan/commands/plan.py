@@ -42,6 +42,9 @@ def register(sub: Any) -> None:
         "copies and weights, and whisper.cpp's buffers for the same model (MB = 1e6 B).")
     p.add_argument("--plan", choices=(*PLAN_MODES, "all"), default="all",
                    help="plan mode to report (default: all, to compare them)")
+    p.add_argument("--batch-size", type=int, default=None, metavar="N",
+                   help="also say what batched transcription of N windows holds, greedy and "
+                        "beam 5 (transcribe --batch-size)")
     p.add_argument("--png", type=Path, default=None, metavar="FILE",
                    help="draw every planned tensor (step x offset) to a PNG (needs matplotlib)")
     add_model_arguments(p.add_argument_group("model"), p.add_argument_group("memory planning"),
@@ -66,6 +69,9 @@ def run(args: argparse.Namespace) -> int:
         print(format_report(report))
     print()
     print(format_reference(whisper_cpp_reference(dims)))
+    if args.batch_size is not None:
+        print()
+        print(format_batch_cost(args))
     if args.png is not None:
         write_png(args.png, layouts, f"{args.model}, strategy {args.strategy}")
         print(f"\nwrote {args.png}")
@@ -91,6 +97,40 @@ def measure(args: argparse.Namespace) -> tuple[list[MemoryReport], list[ArenaLay
         del model
         gc.collect()  # hold one model's weights at a time
     return reports, layouts, dims
+
+
+# Peak RSS of faster-whisper 1.2.1 on tiny.en int8, 6.8 min of speech, 2 threads: its
+# sequential WhisperModel, then BatchedInferencePipeline(batch_size=8), greedy (measured
+# on the development machine; what the batch adds is the comparison that carries over).
+FASTER_WHISPER_RSS_MB = {"sequential": 560, "batch 8": 824}
+
+
+def format_batch_cost(args: argparse.Namespace) -> str:
+    """The bytes a session adds for batched transcription of --batch-size windows: the
+    windows' cross K/V, the sequences' self-attention cache and the decoder arena."""
+    from tensorplan.whisper.api import load
+    from tensorplan.whisper.options import MAX_BATCH_SIZE
+
+    n = args.batch_size
+    if not 1 <= n <= MAX_BATCH_SIZE:
+        raise UserError(f"--batch-size must be between 1 and {MAX_BATCH_SIZE}")
+    model = load(model_options_from_args(args)).model
+    rows = []
+    for group, label in ((1, "greedy"), (5, "beam 5")):
+        batch = model.window_batch(n, group)
+        cross = sum(t.nbytes for pair in batch.kv_cross for t in pair)
+        kv = sum(t.nbytes for pair in batch.kv_self for t in pair)
+        rows.append((f"batch {n}, {label}", _mb(cross), _mb(kv), _mb(batch.nbytes - cross - kv),
+                     _mb(batch.nbytes)))
+    head = ("batched transcription", "cross K/V MB", "self KV MB", "decoder arena MB",
+            "added per session MB")
+    fw = FASTER_WHISPER_RSS_MB
+    return "\n".join([
+        f"batched transcription (a session binds these on first use; one session: "
+        f"{model.session_bytes / MB:.1f} MB before)", table(head, rows),
+        f"faster-whisper tiny.en int8 peak RSS, measured: {fw['sequential']} MB sequential, "
+        f"{fw['batch 8']} MB with BatchedInferencePipeline(batch_size=8) "
+        f"(+{fw['batch 8'] - fw['sequential']} MB)"])
 
 
 # ---- tables ---------------------------------------------------------------------------------

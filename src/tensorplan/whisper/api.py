@@ -82,6 +82,9 @@ class Session:
 
         opts = dataclasses.replace(options or TranscribeOptions(), **overrides)
         samples = open_audio(audio, stream=opts.audio_stream)  # files streamed, arrays checked
+        if opts.batch_size is not None:  # chunks cut at pauses over the whole file: read it
+            return self._run_batched(np.asarray(samples), opts, on_segment, progress,
+                                     vad_options)
         speech = None
         if opts.vad_filter:  # transcribe the speech only; its times are mapped back (vad.py)
             speech = SpeechOnly.find(samples, vad_options)
@@ -95,6 +98,27 @@ class Session:
         result = transcribe(self.state, mel, opts, on_segment=on_segment, progress=progress,
                             aligner=aligner)
         return speech.restore(result) if speech is not None else result
+
+    def _run_batched(self, samples: np.ndarray, opts: TranscribeOptions,
+                     on_segment: SegmentCallback | None, progress: ProgressCallback | None,
+                     vad_options: VadOptions | None) -> TranscriptionResult:
+        """Chunks cut at pauses (or the clip_timestamps, one chunk each), decoded in batches."""
+        from tensorplan.whisper.batched import transcribe_batched
+        from tensorplan.whisper.chunks import SAMPLE_RATE, Chunk, merge
+        from tensorplan.whisper.vad import SpeechChunk
+
+        assert opts.batch_size is not None
+        chunks = None
+        if opts.clip_timestamps:
+            points = [round(t * SAMPLE_RATE) for t in opts.clip_timestamps]
+            points += [len(samples)] if len(points) % 2 else []
+            chunks = [c for a, b in zip(points[::2], points[1::2], strict=True)
+                      for c in merge([SpeechChunk(a, min(b, len(samples)))], 30 * SAMPLE_RATE)
+                      if c.n_samples > 0]
+            chunks = [Chunk(c.start, c.end) for c in chunks]
+        return transcribe_batched(self.state, samples, opts, batch_size=opts.batch_size,
+                                  chunks=chunks, vad_options=vad_options,
+                                  on_segment=on_segment, progress=progress)
 
     def close(self) -> None:
         """Drop this session's memory (it is not used afterwards)."""

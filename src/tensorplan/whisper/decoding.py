@@ -460,6 +460,11 @@ class DecodingTask:
             tokens, sum_logprobs, no_speech_prob = self._main_loop(tokens)
         finally:
             self.inference.cleanup_caching()
+        return self.finish(tokens, sum_logprobs, no_speech_prob)
+
+    def finish(self, tokens: np.ndarray, sum_logprobs: np.ndarray,
+               no_speech_prob: float) -> DecodingResult:
+        """The result from the final tokens: rank the candidates, decode the best."""
         candidates, candidate_logprobs = self.decoder.finalize(tokens, sum_logprobs)
         begin, eot = self.initial.sample_begin, self.tokenizer.eot
         sampled = [c[begin:c.index(eot, begin)] for c in candidates]

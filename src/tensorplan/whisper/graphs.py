@@ -162,17 +162,19 @@ class DecoderInputs:
     tokens: Tensor  # (B*N,) int32
     positions: Tensor  # (B*N,) int32, absolute positions
     kv_rows: Tensor  # (B*N,) int32, row b*T + position in the flattened KV cache
-    mask: Tensor  # (B, 1, N, T) float32, 0 where a key may be read, -inf elsewhere
+    mask: Tensor  # (B, 1, N, K) float32, 0 where a key may be read, -inf elsewhere; the
+    # first K <= T rows of each sequence's cache are read (a short context reads less)
     logit_rows: Tensor  # (R,) int32, which of the B*N rows get logits
 
 
-def decoder_inputs(n_batch: int, n_tok: int, n_rows: int, n_ctx: int) -> DecoderInputs:
+def decoder_inputs(n_batch: int, n_tok: int, n_rows: int, n_kv: int) -> DecoderInputs:
+    """Inputs of a decoder graph that reads the first n_kv cache rows of each sequence."""
     n = n_batch * n_tok
     return DecoderInputs(
         ops.input((n,), dt.int32, "tokens"),
         ops.input((n,), dt.int32, "positions"),
         ops.input((n,), dt.int32, "kv_rows"),
-        ops.input((n_batch, 1, n_tok, n_ctx), dt.float32, "kq_mask"),
+        ops.input((n_batch, 1, n_tok, n_kv), dt.float32, "kq_mask"),
         ops.input((n_rows,), dt.int32, "logit_rows"),
     )
 
@@ -186,17 +188,22 @@ def _self_attention(
     n_batch: int,
     n_tok: int,
     n_head: int,
+    n_ctx: int,
 ) -> Tensor:
     d = h.shape[1]
     qkv = _linear(h, p, f"{prefix}/linear_0", f"{prefix}/qkv")  # (B*N, 3d)
+    n_kv = inp.mask.shape[-1]  # rows read per sequence: the scores cost K, not T
     caches = []
     for j, cache in enumerate(kv_cache):  # cache (B_max*T, d) flattened rows
-        rows = ops.view(cache, (n_batch * inp.mask.shape[-1], d))  # this batch's slots
+        rows = ops.view(cache, (n_batch * n_ctx, d))  # this batch's slots
         new = _columns(qkv, (j + 1) * d, d)
         if cache.dtype != new.dtype:
             new = ops.cast(new, cache.dtype)
         written = ops.set_rows(rows, inp.kv_rows, new)
-        caches.append(_split_heads(written, 0, n_batch, inp.mask.shape[-1], n_head, d))
+        item, row = written.dtype.itemsize, written.strides[0]
+        dh = d // n_head
+        caches.append(ops.view(written, (n_batch, n_head, n_kv, dh),
+                               (n_ctx * row, dh * item, row, item)))  # (B, H, K, dh)
     q = _split_heads(qkv, 0, n_batch, n_tok, n_head, d)  # (B, H, N, dh)
     scores = ops.matmul(q, caches[0], transpose_b=True, name=f"{prefix}/scores")  # (B,H,N,T)
     probs = ops.softmax(scores, inp.mask, scale=(d // n_head) ** -0.5)
@@ -213,14 +220,21 @@ def _cross_attention(
     n_batch: int,
     n_tok: int,
     n_head: int,
+    n_windows: int = 0,
 ) -> tuple[Tensor, Tensor]:
     """Returns (output (B*N, d), pre-softmax scores (H, B*N, A)).
+
+    n_windows > 0: kv holds that many windows' K/V stacked, (W*A, d), and the B*N rows
+    come grouped by window (rows of window w are the w-th equal run): each run attends to
+    its own window (batched transcription: one chunk of audio per window).
 
     Every sequence reads the same K/V, so each head is one product of all B*N query rows
     with its K: (H, B*N, dh) x (H, dh, A) reads each head's K once per step, where
     (B, H, N, dh) x (1, H, dh, A) made B matrix-vector products that read it B times
     (beam search and best-of sampling: 5x the bytes)."""
     d = h.shape[1]
+    if n_windows:
+        return _windows_cross_attention(h, p, prefix, kv, n_windows, n_head)
     q = _by_head(_linear(h, p, f"{prefix}/linear_0", f"{prefix}/q"), n_head)  # (H, B*N, dh)
     k, v = _by_head(kv[0], n_head), _by_head(kv[1], n_head)  # (H, A, dh)
     scores = ops.matmul(q, k, transpose_b=True, name=f"{prefix}/scores")  # (H, B*N, A)
@@ -228,6 +242,24 @@ def _cross_attention(
     o = ops.matmul(probs, v, name=f"{prefix}/attn")  # (H, B*N, dh)
     o = ops.reshape(ops.cont(ops.permute(o, (1, 0, 2)), name=f"{prefix}/merge"), (-1, d))
     return _linear(o, p, f"{prefix}/linear_2", f"{prefix}/out"), scores
+
+
+def _windows_cross_attention(
+    h: Tensor, p: Params, prefix: str, kv: tuple[Tensor, Tensor], n_windows: int, n_head: int
+) -> tuple[Tensor, Tensor]:
+    """Cross-attention of W windows at once: (W, H, R, dh) x (W, H, A, dh)^T, R rows per
+    window; each window's K is still read once per step for all of its rows (beams)."""
+    d = h.shape[1]
+    q = _linear(h, p, f"{prefix}/linear_0", f"{prefix}/q")  # (W*R, d)
+    n_rows, n_audio = q.shape[0] // n_windows, kv[0].shape[0] // n_windows
+    qh = _split_heads(q, 0, n_windows, n_rows, n_head, d)  # (W, H, R, dh)
+    k = _split_heads(kv[0], 0, n_windows, n_audio, n_head, d)  # (W, H, A, dh)
+    v = _split_heads(kv[1], 0, n_windows, n_audio, n_head, d)
+    scores = ops.matmul(qh, k, transpose_b=True, name=f"{prefix}/scores")  # (W, H, R, A)
+    probs = ops.softmax(scores, scale=(d // n_head) ** -0.5)
+    o = ops.matmul(probs, v, name=f"{prefix}/attn")  # (W, H, R, dh)
+    return _linear(_merge_heads(o, f"{prefix}/merge"), p, f"{prefix}/linear_2",
+                   f"{prefix}/out"), scores
 
 
 def _by_head(t: Tensor, n_head: int) -> Tensor:
@@ -245,9 +277,11 @@ def build_decoder_trunk(
     n_tok: int,
     kv_self: list[tuple[Tensor, Tensor]],
     kv_cross: list[tuple[Tensor, Tensor]],
+    n_windows: int = 0,
 ) -> tuple[Tensor, list[Tensor]]:
     """tokens of B sequences, N new each -> (hidden (B*N, d) before the final norm,
-    per layer the cross-attention scores QK^T (H, B*N, A), unscaled and pre-softmax)."""
+    per layer the cross-attention scores QK^T (H, B*N, A), unscaled and pre-softmax;
+    (W, H, R, A) with n_windows, see _cross_attention)."""
     x = ops.add(
         _embed(p, "decoder/embeddings/weight", inp.tokens),
         ops.get_rows(p("decoder/position_encodings/encodings"), inp.positions, name="pos_emb"),
@@ -258,12 +292,13 @@ def build_decoder_trunk(
         prefix = f"decoder/layer_{i}"
         h = _layer_norm(x, p, f"{prefix}/self_attention/layer_norm")
         h = _self_attention(
-            h, p, f"{prefix}/self_attention", kv_self[i], inp, n_batch, n_tok, dims.n_text_head
+            h, p, f"{prefix}/self_attention", kv_self[i], inp, n_batch, n_tok, dims.n_text_head,
+            dims.n_text_ctx,
         )
         x = ops.add(x, h, name=f"{prefix}/self_residual")
         h = _layer_norm(x, p, f"{prefix}/attention/layer_norm")
         h, qk = _cross_attention(
-            h, p, f"{prefix}/attention", kv_cross[i], n_batch, n_tok, dims.n_text_head
+            h, p, f"{prefix}/attention", kv_cross[i], n_batch, n_tok, dims.n_text_head, n_windows
         )
         scores.append(qk)
         x = ops.add(x, h, name=f"{prefix}/cross_residual")
@@ -290,7 +325,8 @@ def build_decoder(
     n_tok: int,
     kv_self: list[tuple[Tensor, Tensor]],
     kv_cross: list[tuple[Tensor, Tensor]],
+    n_windows: int = 0,
 ) -> Tensor:
     """tokens of B sequences, N new each -> logits (R, V) for the requested rows."""
-    x, _ = build_decoder_trunk(p, dims, inp, n_batch, n_tok, kv_self, kv_cross)
+    x, _ = build_decoder_trunk(p, dims, inp, n_batch, n_tok, kv_self, kv_cross, n_windows)
     return build_head(p, x, inp.logit_rows)

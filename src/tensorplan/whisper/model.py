@@ -11,6 +11,7 @@ word timestamps: teacher-forced alignment passes and their logits heads.
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass
 
 from tensorplan import dtype as dt
@@ -24,6 +25,7 @@ from tensorplan.whisper.params import WEIGHT_DTYPES, ComputeWeights, StoredWeigh
 from tensorplan.whisper.tokenizer import Tokenizer
 from tensorplan.whisper.weights import ModelDims as Dims
 from tensorplan.whisper.weights import WhisperConfig
+from tensorplan.whisper.window_batch import WindowBatch, plan_window_batch
 
 log = logging.getLogger("tensorplan.whisper")
 
@@ -92,6 +94,9 @@ class WhisperModel:
         self.align_buffers = tuple(b for b in templates_of(self._tensors(align=True))
                                    if b not in self.session_buffers)
         log.debug("planned compute bytes: %s", self.pipeline.compute_bytes())
+        # batched transcription's graphs, planned on first use of a shape (window_batch.py)
+        self._window_batches: dict[tuple[int, int], WindowBatch] = {}
+        self._planning = threading.Lock()
 
     @property
     def session_bytes(self) -> int:
@@ -181,6 +186,23 @@ class WhisperModel:
         head_stage = self.pipeline.add(f"align_head[n{n_tok}]", [logits], group="align_head",
                                        joint=False)
         return AlignGraph(n_tok, inp, tuple(heads), trunk.graph, rows, logits, head_stage.graph)
+
+    def window_batch(self, n_windows: int, n_group: int) -> WindowBatch:
+        """The graphs that decode n_windows windows of n_group sequences each, planned on
+        first use (under a lock: sessions on several threads may ask at once). Planning
+        adds no state a caller sees: the same shape always gives the same plan."""
+        key = (n_windows, n_group)
+        with self._planning:
+            batch = self._window_batches.get(key)
+            if batch is None:
+                known = {*self.session_buffers, *self.align_buffers}
+                batch = plan_window_batch(self.param, self.dims, self.templates, n_windows,
+                                          n_group, kv_dtype=self.kv_dtype, plan=self.plan_mode,
+                                          strategy=self.strategy, known=known)
+                self._window_batches[key] = batch
+                log.debug("planned a batch of %d windows x %d: %d bytes", n_windows, n_group,
+                          batch.nbytes)
+            return batch
 
     def decoder(self, n_batch: int, n_tok: int, n_rows: int) -> DecoderGraph:
         """The smallest planned decoder graph that fits (n_batch, n_tok, n_rows)."""

@@ -40,6 +40,7 @@ from tensorplan.whisper.limits import (
 )
 
 Task = Literal["transcribe", "translate"]
+MAX_BATCH_SIZE = 64  # windows decoded together; 64 tiny windows hold 1.2 GB of cross K/V
 PREPEND_PUNCTUATIONS = "\"'“¿([{-"
 APPEND_PUNCTUATIONS = "\"'.。,，!！?？:：”)]}、"
 CHUNK_SECONDS = 30  # one model window
@@ -207,6 +208,12 @@ class TranscribeOptions(SearchOptions):
     vad_filter: bool = _opt(
         False, "transcribe only the speech Silero VAD finds (needs onnxruntime and silero-vad)")
 
+    # batched transcription (whisper/batched.py)
+    batch_size: int | None = _opt(
+        None, "cut the audio at pauses into chunks of at most 30 s and decode this many "
+              "together, each without the previous text (faster-whisper's batched pipeline); "
+              "None: one window after another")
+
     def __post_init__(self) -> None:
         SearchOptions.__post_init__(self)
         check(isinstance(self.temperature, tuple) and 1 <= len(self.temperature) <= 100,
@@ -225,6 +232,8 @@ class TranscribeOptions(SearchOptions):
         check_float(self, "prompt_reset_on_temperature")
         check_int(self, "audio_stream", 0, 1 << 16, optional=True)
         check_clips(self.clip_timestamps)
+        check(self.batch_size is None or 1 <= self.batch_size <= MAX_BATCH_SIZE,
+              f"batch_size must be between 1 and {MAX_BATCH_SIZE}")
         if self.hallucination_silence_threshold is not None and not self.word_timestamps:
             raise ValueError("hallucination_silence_threshold needs word_timestamps")
         if self.vad_filter and self.clip_timestamps:  # clip times: original or speech-only?

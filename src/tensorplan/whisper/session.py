@@ -18,6 +18,7 @@ import numpy as np
 from tensorplan.backends.base import Executor, bind_templates
 from tensorplan.whisper import graphs
 from tensorplan.whisper.model import HEAD_ROWS, PROMPT_BUCKETS, DecoderGraph, WhisperModel
+from tensorplan.whisper.window_batch import BatchDecoder, BatchGraphs, WindowBatch
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +40,7 @@ class WhisperSession:
         self.buffers = bind_templates(model.backend.buffer_type, model.session_buffers)
         self.executor = model.backend.executor(self.buffers)
         self._aligning: Executor | None = None  # made by the first word alignment
+        self._batches: dict[WindowBatch, Executor] = {}  # bound on first use of each
 
     @property
     def nbytes(self) -> int:
@@ -50,6 +52,7 @@ class WhisperSession:
         self.buffers = bind_templates(self.model.backend.buffer_type, self.model.session_buffers)
         self.executor = self.model.backend.executor(self.buffers)
         self._aligning = None
+        self._batches = {}
 
     def _align_executor(self) -> Executor:
         """The executor of the alignment graphs: this session's buffers plus their own."""
@@ -58,6 +61,72 @@ class WhisperSession:
             self.buffers.update(own)
             self._aligning = self.model.backend.executor(self.buffers)
         return self._aligning
+
+    def batch_executor(self, batch: WindowBatch) -> Executor:
+        """The executor of a window batch's graphs: this session's buffers plus the
+        batch's own (bound on first use: a session pays only for the batches it runs)."""
+        ex = self._batches.get(batch)
+        if ex is None:
+            own = bind_templates(self.model.backend.buffer_type, batch.buffers)
+            self.buffers.update(own)
+            ex = self._batches[batch] = self.model.backend.executor(self.buffers)
+        return ex
+
+    def encode_into(self, batch: WindowBatch, slot: int, mel: np.ndarray) -> None:
+        """Encode one window and copy its cross K/V into window `slot` of the batch."""
+        self.encode(mel)
+        ex = self.batch_executor(batch)
+        for (k, v), (k_slot, v_slot) in zip(self.model.kv_cross, batch.slots[slot],
+                                            strict=True):
+            ex.set(k_slot, ex.get(k))
+            ex.set(v_slot, ex.get(v))
+
+    def hold_window(self, batch: WindowBatch, slot: int) -> None:
+        """Make window `slot` of the batch the encoded window (for `align`)."""
+        ex = self.batch_executor(batch)
+        for (k, v), (k_slot, v_slot) in zip(self.model.kv_cross, batch.slots[slot],
+                                            strict=True):
+            ex.set(k, ex.get(k_slot))
+            ex.set(v, ex.get(v_slot))
+
+    def run_batch(self, batch: WindowBatch, graphs: BatchGraphs, g: BatchDecoder,
+                  tokens: np.ndarray, positions: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Feed tokens (S, N) at positions (S, N) of the first S sequences of the batch
+        through one of its graphs; rows: flat row ids for logits."""
+        ex = self.batch_executor(batch)
+        self._feed(ex, g.inputs, g.n_tok, graphs.n_seq, tokens, positions,
+                   np.arange(len(tokens)))
+        ex.set(g.inputs.logit_rows, np.asarray(rows, np.int32))
+        ex.compute(batch.graph(g))
+        logits = np.asarray(ex.get(g.logits))
+        if not np.isfinite(logits).all():
+            raise NonFiniteError("the decoder produced non-finite logits")
+        return logits
+
+    def reorder_batch_kv(self, batch: WindowBatch, source_rows: Sequence[int],
+                         n_ctx: int) -> None:
+        """Sequence i of the batch takes sequence source_rows[i]'s first n_ctx cache rows.
+        Only the sequences that change are copied: with 8 windows of 5 beams, copying all
+        40 moved ~50 MB a step, and most beams keep their own history."""
+        moved = [i for i, s in enumerate(source_rows) if s != i]
+        if not moved:
+            return
+        ex = self.batch_executor(batch)
+        sources = [source_rows[i] for i in moved]
+        for k, v in batch.kv_self:
+            for cache in (k, v):
+                ex.copy_slots(cache, batch.n_seq, sources, n_ctx, targets=moved)
+
+    def move_windows(self, batch: WindowBatch, source_slots: Sequence[int], n_ctx: int) -> None:
+        """Window slot i takes slot source_slots[i]: its cross K/V and its sequences' first
+        n_ctx cache rows (packs the windows still decoding into a smaller prefix)."""
+        ex = self.batch_executor(batch)
+        for k, v in batch.kv_cross:
+            for cross in (k, v):
+                ex.copy_slots(cross, batch.n_windows, source_slots, cross.shape[0]
+                              // batch.n_windows)
+        g = batch.n_group
+        self.reorder_batch_kv(batch, [s * g + i for s in source_slots for i in range(g)], n_ctx)
 
     # ---- one window ---------------------------------------------------------------------
     def encode(self, mel: np.ndarray) -> None:
@@ -135,9 +204,9 @@ class WhisperSession:
             tok = np.concatenate([tok, np.repeat(tok[:1], gb - b, axis=0)])
             pos = np.concatenate([pos, np.repeat(pos[:1], gb - b, axis=0)])
             batch_rows = np.concatenate([batch_rows, np.arange(b, gb)])
-        t_ctx = self.dims.n_text_ctx
+        t_ctx, n_kv = self.dims.n_text_ctx, inp.mask.shape[-1]
         kv_rows = batch_rows[:, None] * t_ctx + pos
-        mask = np.where(np.arange(t_ctx)[None, None, :] <= pos[:, :, None], 0.0, -np.inf)
+        mask = np.where(np.arange(n_kv)[None, None, :] <= pos[:, :, None], 0.0, -np.inf)
         ex.set(inp.tokens, tok.reshape(-1).astype(np.int32))
         ex.set(inp.positions, pos.reshape(-1).astype(np.int32))
         ex.set(inp.kv_rows, kv_rows.reshape(-1).astype(np.int32))
