@@ -20,7 +20,8 @@ import numpy as np
 
 from tensorplan.backends import make_backend
 from tensorplan.errors import ModelError, UserError
-from tensorplan.whisper.formats import load_model_files
+from tensorplan.whisper import weight_cache
+from tensorplan.whisper.formats import load_model_files, source_file
 from tensorplan.whisper.model import WhisperModel
 from tensorplan.whisper.model_options import DEFAULT_MAX_BATCH, ModelOptions
 from tensorplan.whisper.models import DEFAULT_MODEL
@@ -213,8 +214,13 @@ def load(opts: ModelOptions) -> Whisper:
     if len(tokenizer.vocab) != weights.dims.n_vocab:
         raise ModelError(f"{opts.model}: the tokenizer has {len(tokenizer.vocab)} tokens but "
                          f"the model's vocabulary has {weights.dims.n_vocab}")
+    key = weight_cache.cache_key(source_file(opts.model), compute_type=opts.compute_type,
+                                 weights_dtype=opts.weights_dtype)
+    cached = weight_cache.read(key)  # None: absent, off or corrupt; then convert
     model = WhisperModel(weights, tokenizer, weights.config, backend=runner, plan=opts.plan,
                          strategy=opts.strategy, max_batch=opts.max_batch or DEFAULT_MAX_BATCH,
                          kv_dtype=opts.kv_dtype, weights_dtype=opts.weights_dtype,
-                         compute_type=opts.compute_type)
+                         compute_type=opts.compute_type, cached_weights=cached)
+    if cached is None or model.param.arrays.keys() - cached.keys():
+        weight_cache.write(key, model.param.arrays)
     return Whisper(model, opts.model, opts)
