@@ -20,7 +20,7 @@ import numpy as np
 
 from tensorplan.backends import make_backend
 from tensorplan.errors import ModelError, UserError
-from tensorplan.whisper import weight_cache
+from tensorplan.whisper import backend_choice, weight_cache
 from tensorplan.whisper.formats import load_model_files, source_file
 from tensorplan.whisper.model import WhisperModel
 from tensorplan.whisper.model_options import DEFAULT_MAX_BATCH, ModelOptions
@@ -182,7 +182,7 @@ def load_model(name_or_path: str | os.PathLike[str] = DEFAULT_MODEL, *,
     compute_type: "int8" keeps every projection matrix and the token embedding as int8
       with per-row scales (faster-whisper's int8); "float32" computes as the reference.
     backend: "numpy" (the reference), "torch" (PyTorch's CPU kernels over the same plan)
-      or "auto" (torch when installed).
+      or "auto" (here: torch when installed; the CLI keeps short float32 work on numpy).
     threads: CPU threads for every pool (None: this machine's cores).
     plan / strategy: how memory is planned ("joint" / "offline" by default).
     max_batch: the most sequences decoded together (beam size, best-of); sizes the KV
@@ -199,13 +199,17 @@ def load_model(name_or_path: str | os.PathLike[str] = DEFAULT_MODEL, *,
     return load(opts)
 
 
-def load(opts: ModelOptions) -> Whisper:
-    """The model `opts` describes, loaded and planned."""
+def load(opts: ModelOptions, audio_seconds: float | None = None) -> Whisper:
+    """The model `opts` describes, loaded and planned. `audio_seconds`, the audio this
+    process will transcribe when known (the CLI's files), lets backend "auto" keep short
+    work on numpy (backend_choice.py); its options then name the backend it runs."""
     from tensorplan.backends import threads
 
     if opts.device != "cpu":
         raise UserError(f"--device {opts.device}: this build runs on the CPU only")
     threads.configure(opts.threads)
+    opts = opts.replace(backend=backend_choice.resolve(opts.backend, opts.compute_type,
+                                                       audio_seconds))
     try:
         runner = make_backend(opts.backend)
     except (ImportError, ValueError) as e:  # torch missing, or no such backend
