@@ -248,6 +248,15 @@ def test_merges_format_fallback(
         assert load_tokenizer(tmp_path).encode("hello hello") == [8, 9]
 
 
+@pytest.mark.parametrize("bad", ["\x01", "\u20ac"])  # a latin-1 control, above latin-1
+def test_a_text_token_that_is_no_bpe_byte_fails_at_load(tmp_path: Path, bad: str) -> None:
+    spec = _tokenizer_json(pairs=False, multilingual=False)
+    vocab = spec["model"]["vocab"]  # type: ignore[index]
+    vocab[f"h{bad}"] = vocab.pop("hello")
+    _write(tmp_path, spec)
+    assert f"holds {bad!r}, which is no BPE byte" in _load_error(tmp_path)
+
+
 def test_encoder_is_built_at_the_first_encode_only(tmp_path: Path) -> None:
     """Loading never builds the BPE (0.4 s for tiny.en); decoding does not need it."""
     _write(tmp_path, _tokenizer_json(pairs=False, multilingual=False))
