@@ -8,7 +8,7 @@ one process over --repeats rounds (rounds interleave every setting). "x share" i
 time over k times the lone (k = 1) default time: the machine's throughput split k ways;
 1.0 means no loss to contention, the target is at most 1.3.
 
-    python bench/concurrency.py [--repeats 3] [--long-seconds 60]
+    python bench/concurrency.py [--repeats 3] [--long-seconds 60] [--limit 300]
     python bench/concurrency.py --smoke      # jfk.wav, k = 1 and 2, once (CI)
 """
 
@@ -46,8 +46,10 @@ def tiled_wav(path: Path, seconds: float, gap_s: float = 2.0) -> Path:
     return path
 
 
-def run_together(audio: Path, k: int, threads: int | None, work: Path) -> list[float]:
-    """Wall seconds of each of k processes started at once."""
+def run_together(audio: Path, k: int, threads: int | None, work: Path,
+                 limit_s: float) -> list[float]:
+    """Wall seconds of each of k processes started at once; a process still running after
+    limit_s is killed and counts as limit_s (the table then shows ">")."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     procs = []
     for _ in range(k):
@@ -60,7 +62,13 @@ def run_together(audio: Path, k: int, threads: int | None, work: Path) -> list[f
             cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)))
     times = []
     for start, proc in procs:
-        _, err = proc.communicate(timeout=1800)
+        try:
+            _, err = proc.communicate(timeout=max(1.0, start + limit_s - time.perf_counter()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            times.append(limit_s)
+            continue
         if proc.returncode != 0:
             raise RuntimeError(f"tensorplan failed: {err[-2000:]}")
         times.append(time.perf_counter() - start)
@@ -78,6 +86,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--long-seconds", type=float, default=60.0)
+    p.add_argument("--limit", type=float, default=300.0,
+                   help="seconds a process may run before it is killed (shown as >limit)")
     p.add_argument("--smoke", action="store_true", help="jfk.wav, k = 1 and 2, once")
     args = p.parse_args()
     ks = (1, 2) if args.smoke else (1, 2, 3)
@@ -92,15 +102,18 @@ def main() -> int:
             for name, audio in files.items():
                 for setting, threads in settings.items():
                     for k in ks:
-                        cells.setdefault((name, setting, k), []).append(
-                            statistics.median(run_together(audio, k, threads, work)))
-            print(f"round {r + 1}\n{report(cells, files, settings, ks)}", file=sys.stderr)
-    print(report(cells, files, settings, ks))
+                        times = run_together(audio, k, threads, work, args.limit)
+                        cells.setdefault((name, setting, k), []).append(statistics.median(times))
+                        print(f"round {r + 1} {name} {setting} k={k}: "
+                              f"{', '.join(f'{t:.2f}' for t in times)}", file=sys.stderr)
+            print(f"round {r + 1}\n{report(cells, files, settings, ks, args.limit)}",
+                  file=sys.stderr)
+    print(report(cells, files, settings, ks, args.limit))
     return 0
 
 
 def report(cells: dict[tuple[str, str, int], list[float]], files: dict[str, Path],
-           settings: dict[str, int | None], ks: tuple[int, ...]) -> str:
+           settings: dict[str, int | None], ks: tuple[int, ...], limit_s: float) -> str:
     rows = [f"{cores()} cores, load average at the end "
             f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}",
             "| audio | threads | " + " | ".join(f"k={k} s | x share" for k in ks) + " |",
@@ -116,7 +129,8 @@ def report(cells: dict[tuple[str, str, int], list[float]], files: dict[str, Path
                     continue
                 t = statistics.median(vals)
                 share = f"{t / (k * statistics.median(lone)):.2f}" if lone else "-"
-                row += [f"{t:.2f}", share]
+                over = ">" if t >= limit_s else ""
+                row += [f"{over}{t:.2f}", f"{over}{share}"]
             rows.append("| " + " | ".join(row) + " |")
     return "\n".join(rows)
 

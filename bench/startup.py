@@ -14,12 +14,15 @@ Implementations:
   notorch         tensorplan with torch hidden (sys.modules["torch"] = None): a machine
                   without PyTorch installed;
   faster-whisper  load WhisperModel(ct2 dir, device="cpu", compute_type="default"),
-                  transcribe, write txt; needs --fw-python (an interpreter with it).
-Runs are interleaved (round r runs every implementation once, the order rotating) so all
+                  transcribe, write txt; needs --fw-python (an interpreter with it);
+  before, before notorch  the same from an older src tree (--before), to compare.
+Each runs once untimed first (the OS's file cache; tensorplan's weight cache, whose first
+write is a new user's first run only: that one is timed separately, "cold"). Runs are
+interleaved (round r runs every implementation once, the order rotating) so all
 share the machine's noise; cells are medians of --repeats. Ratios are tensorplan /
 faster-whisper per round, then the median.
 
-    python bench/startup.py [--repeats 7] [--fw-python /work/venv-bench/bin/python]
+    python bench/startup.py [--repeats 7] [--fw-python VENV/bin/python] [--before OLD/src]
     python bench/startup.py --smoke      # tensorplan only, once (CI)
 """
 
@@ -84,8 +87,11 @@ open(os.environ["BENCH_MARKS"], "w").write(json.dumps(marks))
 """
 
 
-def command(name: str, out: Path, fw_python: str | None) -> tuple[list[str], dict[str, str]]:
+def command(name: str, out: Path, fw_python: str | None,
+            before: Path | None = None) -> tuple[list[str], dict[str, str]]:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    if name.startswith("before") and before is not None:
+        env["PYTHONPATH"] = str(before)  # an older tensorplan's src, same wrapper
     if name == "faster-whisper":
         from tensorplan.whisper.models import resolve_model
 
@@ -94,16 +100,20 @@ def command(name: str, out: Path, fw_python: str | None) -> tuple[list[str], dic
     args = ["transcribe", str(JFK), "-f", "txt", "-o", str(out)]
     if name == "tensorplan-cli":
         return [sys.executable, "-m", "tensorplan", *args], env
-    if name == "notorch":
+    if name in ("notorch", "before notorch"):
         env["BENCH_NO_TORCH"] = "1"
     return [sys.executable, "-c", _TP, *args], env
 
 
-def run_once(name: str, work: Path, fw_python: str | None) -> dict[str, float]:
-    """Seconds from spawn to each phase of one fresh process."""
+def run_once(name: str, work: Path, fw_python: str | None, before: Path | None = None,
+             cache: Path | None = None) -> dict[str, float]:
+    """Seconds from spawn to each phase of one fresh process (`cache`: an empty weight
+    cache directory instead of the user's)."""
     out = Path(tempfile.mkdtemp(dir=work))
     marks_file = out / "marks.json"
-    cmd, env = command(name, out, fw_python)
+    cmd, env = command(name, out, fw_python, before)
+    if cache is not None:
+        env["TENSORPLAN_CACHE_DIR"] = str(cache)
     env["BENCH_MARKS"] = str(marks_file)
     log = out / "log.txt"
     with open(log, "w") as f:
@@ -150,10 +160,15 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--fw-python", default=None,
                    help="an interpreter with faster-whisper installed (default: skip it)")
+    p.add_argument("--before", type=Path, default=None,
+                   help="an older tensorplan's src directory: adds its rows (before, before "
+                        "notorch), e.g. from git archive REV src | tar -x -C DIR")
     p.add_argument("--smoke", action="store_true", help="tensorplan only, once")
     p.add_argument("--json", type=Path, default=None, help="also write the raw times here")
     args = p.parse_args()
     names = ["tensorplan", "notorch", "tensorplan-cli"]
+    if args.before and not args.smoke:
+        names += ["before", "before notorch"]
     if args.fw_python and not args.smoke:
         names.append("faster-whisper")
     if args.smoke:
@@ -161,10 +176,16 @@ def main() -> int:
     repeats = 1 if args.smoke else args.repeats
     times: dict[str, list[dict[str, float]]] = {n: [] for n in names}
     with tempfile.TemporaryDirectory() as tmp:
+        if not args.smoke:
+            cold = run_once("tensorplan", Path(tmp), None, None, cache=Path(tmp) / "cold")
+            print(f"cold weight cache: load {cold['load'] - cold['import']:.2f} s, "
+                  f"exit {cold['exit']:.2f} s", file=sys.stderr)
+            for name in names:
+                run_once(name, Path(tmp), args.fw_python, args.before)
         for r in range(repeats):
             order = names[r % len(names):] + names[:r % len(names)]
             for name in order:
-                times[name].append(run_once(name, Path(tmp), args.fw_python))
+                times[name].append(run_once(name, Path(tmp), args.fw_python, args.before))
             print(f"round {r + 1}/{repeats}\n{report(times)}", file=sys.stderr)
     print(report(times))
     if args.json:
