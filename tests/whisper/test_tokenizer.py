@@ -236,13 +236,35 @@ def test_merges_format_fallback(
     fake = types.SimpleNamespace(Tokenizer=types.SimpleNamespace(from_str=from_str))
     monkeypatch.setattr(tokenizer_module, "tokenizers", fake)
     _write(tmp_path, _tokenizer_json(pairs=pairs, multilingual=False))
-    if accepts == "neither":
-        assert _load_error(tmp_path) == (
+    if accepts == "neither":  # the encoder is built at the first encode, so it fails there
+        tok = load_tokenizer(tmp_path)
+        with pytest.raises(ModelError) as info:
+            tok.encode("hello")
+        assert str(info.value) == (
             f"{tmp_path / 'tokenizer.json'}: the tokenizers library cannot load it "
             "(data did not match any variant)"
         )
     else:
         assert load_tokenizer(tmp_path).encode("hello hello") == [8, 9]
+
+
+@pytest.mark.parametrize("bad", ["\x01", "\u20ac"])  # a latin-1 control, above latin-1
+def test_a_text_token_that_is_no_bpe_byte_fails_at_load(tmp_path: Path, bad: str) -> None:
+    spec = _tokenizer_json(pairs=False, multilingual=False)
+    vocab = spec["model"]["vocab"]  # type: ignore[index]
+    vocab[f"h{bad}"] = vocab.pop("hello")
+    _write(tmp_path, spec)
+    assert f"holds {bad!r}, which is no BPE byte" in _load_error(tmp_path)
+
+
+def test_encoder_is_built_at_the_first_encode_only(tmp_path: Path) -> None:
+    """Loading never builds the BPE (0.4 s for tiny.en); decoding does not need it."""
+    _write(tmp_path, _tokenizer_json(pairs=False, multilingual=False))
+    tok = load_tokenizer(tmp_path)
+    assert "encoder" not in tok.__dict__
+    tok.decode([8])
+    assert "encoder" not in tok.__dict__
+    assert tok.encode("hello hello") == [8, 9] and "encoder" in tok.__dict__
 
 
 def test_vocabulary_file_fills_and_cross_checks(tmp_path: Path) -> None:

@@ -148,7 +148,7 @@ def test_torch_is_never_imported() -> None:
 
 
 def test_missing_packages_say_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    vad.load_vad_model.cache_clear()
+    vad._vad_model.cache_clear()
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import fails
     with pytest.raises(UserError, match="pip install onnxruntime && pip install --no-deps"):
         vad.load_vad_model()

@@ -1,7 +1,10 @@
 """CPU thread pools in one place: how many threads, and one thread for small products.
 
 `configure(n)` sets the count every pool uses (OpenBLAS through threadpoolctl, PyTorch's
-intra-op pool, onnxruntime's sessions read `count()`); None means this process's cores.
+intra-op pool, onnxruntime's sessions through `for_pool`). None adapts to the machine: this
+process's cores less the other processes running at that moment (`idle_cores`). Two
+tensorplan processes on 2 cores each took 2-15x their lone time with a thread per core
+(every product's workers waiting on a core the other process held), 1.7 s each with one.
 
 OpenBLAS wakes every worker thread for each call. For the decoder's one-row products
 that costs far more than the arithmetic, and when another process shares the cores the
@@ -20,6 +23,7 @@ from contextlib import contextmanager
 from typing import Any
 
 SMALL_PRODUCT = 2_000_000  # multiply-adds below which one thread is faster
+LOADAVG = "/proc/loadavg"  # Linux: its 4th field is "runnable/all" tasks
 
 _state: dict[str, Any] = {}
 
@@ -32,15 +36,43 @@ def cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def idle_cores() -> int:
+    """This process's cores less the other processes running right now, at least 1.
+
+    Read from /proc/loadavg's runnable count (this process is one of them), an instant
+    sample rather than the 1-minute load average: that one lags a minute behind, so it
+    missed a process that started alongside and kept counting one that had just ended.
+    """
+    try:
+        with open(LOADAVG, encoding="ascii") as f:
+            running = int(f.read().split()[3].split("/")[0])
+    except (OSError, ValueError, IndexError):  # not Linux: assume the cores are ours
+        return cores()
+    return max(1, min(cores(), cores() - (running - 1)))
+
+
 def count() -> int:
-    """Threads a pool should use: the configured count, else this process's cores."""
+    """Threads a pool should use: the configured count, else the adaptive one."""
     n = _state.get("threads")
-    return int(n) if n else cores()
+    if n:
+        return int(n)
+    if "idle" not in _state:
+        _state["idle"] = idle_cores()
+    return int(_state["idle"])
+
+
+def for_pool(default: int) -> int:
+    """Threads for a pool whose own measured best is `default` (onnxruntime's VAD: 1): the
+    configured count when one was set, else `default`, never more than `count()`."""
+    n = _state.get("threads")
+    return int(n) if n else min(default, count())
 
 
 def configure(n: int | None) -> int:
-    """Use `n` threads (None: the cores) in every pool from now on; returns the count."""
+    """Use `n` threads (None: adapt to the machine now) in every pool from now on; returns
+    the count."""
     _state["threads"] = n
+    _state.pop("idle", None)  # sampled afresh: each load sees the machine as it is then
     want = count()
     lib = _blas()
     if lib is not None:
@@ -48,6 +80,8 @@ def configure(n: int | None) -> int:
         if _state["current"] != want:
             lib.set_num_threads(want)
             _state["current"] = want
+        for other in _blas_libraries()[1:]:  # scipy's own OpenBLAS, if loaded by now
+            other.set_num_threads(want)
     torch = sys.modules.get("torch")  # only if already imported: never pay its import here
     if torch is not None:
         torch.set_num_threads(want)
@@ -60,16 +94,20 @@ def _blas() -> Any:
         if os.environ.get("TENSORPLAN_BLAS_AUTO", "1") == "0":  # leave BLAS as configured
             return None
         try:
-            from threadpoolctl import ThreadpoolController
-
-            libs = ThreadpoolController().select(user_api="blas").lib_controllers
-            if libs:
+            libs = _blas_libraries()
+            if libs:  # the first is numpy's, which runs our products
                 _state["lib"] = libs[0]
                 _state["default"] = min(libs[0].num_threads, count())
                 _state["current"] = libs[0].num_threads
         except Exception:  # noqa: BLE001 - thread control is an optimisation only
             _state["lib"] = None
     return _state["lib"]
+
+
+def _blas_libraries() -> list[Any]:
+    from threadpoolctl import ThreadpoolController
+
+    return list(ThreadpoolController().select(user_api="blas").lib_controllers)
 
 
 class _BlasGate:

@@ -121,6 +121,9 @@ class TorchBackend(NumpyBackend):
         if torch is None:
             raise ImportError(f"the torch backend needs PyTorch's CPU build: {TORCH_INSTALL}")
         super().__init__(buffer_type)
+        # the pool's size for any torch code outside our kernels (which set it per node):
+        # threads.configure ran before torch was imported, so it could not set it then
+        torch.set_num_threads(pools.count())
         self.min_matmul_rows = min_matmul_rows
         # FBGEMM-packed int8 weights, shared by every graph: id(weight tensor) -> (the
         # tensor, kept so its id is not reused, and its packed form)

@@ -169,7 +169,8 @@ def run(args: argparse.Namespace) -> int:
     if formats:  # a bad output directory or a collision fails now, not after transcribing
         ensure_output_dir(out_dir)
         check_outputs(paths, out_dir, formats)
-    model = load(model_options(args, options))
+    opts = model_options(args, options)
+    model = load(opts, audio_seconds=_audio_seconds(paths, opts))
     failed = 0
     for path in paths:
         try:
@@ -188,6 +189,17 @@ def run(args: argparse.Namespace) -> int:
         if formats:
             write_outputs(result, path, out_dir, formats, subtitles)
     return 2 if failed else 0
+
+
+def _audio_seconds(paths: list[Path], opts: Any) -> float | None:
+    """The files' duration, for backend auto to weigh PyTorch's start-up against; probed
+    only where it decides something (auto, float32 weights, torch installed)."""
+    from tensorplan.backends import torch_available
+    from tensorplan.whisper import backend_choice
+
+    if opts.backend != "auto" or opts.compute_type == "int8" or not torch_available():
+        return None
+    return backend_choice.audio_seconds(paths)
 
 
 def _is_batch(args: argparse.Namespace) -> bool:

@@ -20,7 +20,8 @@ import numpy as np
 
 from tensorplan.backends import make_backend
 from tensorplan.errors import ModelError, UserError
-from tensorplan.whisper.formats import load_model_files
+from tensorplan.whisper import backend_choice, weight_cache
+from tensorplan.whisper.formats import load_model_files, source_file
 from tensorplan.whisper.limits import check_kv_budget
 from tensorplan.whisper.model import WhisperModel
 from tensorplan.whisper.model_options import DEFAULT_MAX_BATCH, ModelOptions
@@ -206,8 +207,8 @@ def load_model(name_or_path: str | os.PathLike[str] = DEFAULT_MODEL, *,
     compute_type: "int8" keeps every projection matrix and the token embedding as int8
       with per-row scales (faster-whisper's int8); "float32" computes as the reference.
     backend: "numpy" (the reference), "torch" (PyTorch's CPU kernels over the same plan),
-      "device" (PyTorch tensors on `device`, CUDA graphs on a GPU) or "auto" (torch when
-      installed; device on cuda).
+      "device" (PyTorch tensors on `device`, CUDA graphs on a GPU) or "auto" (here: torch
+      when installed, device on cuda; the CLI keeps short float32 work on numpy).
     device: "cpu" or "cuda" (the device backend; float16 weight matrices).
     threads: CPU threads for every pool (None: this machine's cores).
     plan / strategy: how memory is planned ("joint" / "offline" by default).
@@ -225,11 +226,15 @@ def load_model(name_or_path: str | os.PathLike[str] = DEFAULT_MODEL, *,
     return load(opts)
 
 
-def load(opts: ModelOptions) -> Whisper:
-    """The model `opts` describes, loaded and planned."""
+def load(opts: ModelOptions, audio_seconds: float | None = None) -> Whisper:
+    """The model `opts` describes, loaded and planned. `audio_seconds`, the audio this
+    process will transcribe when known (the CLI's files), lets backend "auto" keep short
+    work on numpy (backend_choice.py); its options then name the backend it runs."""
     from tensorplan.backends import threads
 
     threads.configure(opts.threads)
+    opts = opts.replace(backend=backend_choice.resolve(opts.backend, opts.compute_type,
+                                                       audio_seconds))
     try:
         runner = make_backend(opts.backend, opts.device)  # UserError: no such device here
     except (ImportError, ValueError) as e:  # torch missing, or no such backend
@@ -240,8 +245,13 @@ def load(opts: ModelOptions) -> Whisper:
                          f"the model's vocabulary has {weights.dims.n_vocab}")
     max_batch = opts.max_batch or DEFAULT_MAX_BATCH
     check_kv_budget(weights.dims, max_batch, opts.kv_dtype)  # before any arena is allocated
+    key = weight_cache.cache_key(source_file(opts.model), compute_type=opts.compute_type,
+                                 weights_dtype=opts.weights_dtype)
+    cached = weight_cache.read(key)  # None: absent, off or corrupt; then convert
     model = WhisperModel(weights, tokenizer, weights.config, backend=runner, plan=opts.plan,
                          strategy=opts.strategy, max_batch=max_batch,
                          kv_dtype=opts.kv_dtype, weights_dtype=opts.weights_dtype,
-                         compute_type=opts.compute_type)
+                         compute_type=opts.compute_type, cached_weights=cached)
+    if cached is None or model.param.arrays.keys() - cached.keys():
+        weight_cache.write(key, model.param.arrays)
     return Whisper(model, opts.model, opts)

@@ -319,6 +319,13 @@ def load_model_files(name_or_path: str | os.PathLike[str] = DEFAULT_MODEL
     return dataclasses.replace(weights, config=config), tokenizer
 
 
+def source_file(name_or_path: str | os.PathLike[str]) -> Path:
+    """The one file a model's weights are read from (a CT2 directory's model.bin)."""
+    if detect_format(name_or_path) == "ct2":
+        return resolve_model(name_or_path) / "model.bin"
+    return Path(name_or_path).expanduser()
+
+
 def load_weights(name_or_path: str | os.PathLike[str] = DEFAULT_MODEL) -> WhisperWeights:
     """The weights alone (a .pt or ggml file still needs its tokenizer for the config)."""
     return load_model_files(name_or_path)[0]

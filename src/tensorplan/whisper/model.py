@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+import numpy as np
 
 from tensorplan import dtype as dt
 from tensorplan import ops
@@ -68,7 +71,8 @@ class WhisperModel:
                  backend: Backend,
                  plan: str = "joint", strategy: str = "offline", max_batch: int = 5,
                  kv_dtype: str = "float32", weights_dtype: str = "float32",
-                 compute_type: str = "float32") -> None:
+                 compute_type: str = "float32",
+                 cached_weights: Mapping[str, np.ndarray] | None = None) -> None:
         if kv_dtype not in KV_DTYPES or weights_dtype not in WEIGHT_DTYPES:
             raise ValueError("kv_dtype and weights_dtype must be float32 or float16")
         if max_batch < 1:
@@ -80,7 +84,7 @@ class WhisperModel:
         self.plan_mode, self.strategy, self.max_batch = plan, strategy, max_batch
         self.kv_dtype, self.weights_dtype, self.compute_type = kv_dtype, weights_dtype, compute_type
         self.param = ComputeWeights(weights, backend, compute_type=compute_type,
-                                    weights_dtype=weights_dtype)
+                                    weights_dtype=weights_dtype, cached=cached_weights)
         self.templates = TemplateBufferType(backend.buffer_type)
         self.kv_self = self._make_kv_self(max_batch)
         self.pipeline = Pipeline(self.templates, plan, strategy)

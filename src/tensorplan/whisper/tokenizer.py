@@ -1,18 +1,22 @@
 """Whisper's tokenizer: text ↔ token ids for a CTranslate2 model directory.
 
 Encoding runs the HF `tokenizers` BPE from tokenizer.json with its added tokens and
-post-processor stripped, so text can never turn into a control token. Decoding uses the
-id → token table (tokenizer.json cross-checked against vocabulary.json / vocabulary.txt, which
-also carry the timestamp tokens that tiny.en's tokenizer.json lacks) and GPT-2's byte map.
+post-processor stripped, so text can never turn into a control token. It is built at the
+first encode, not at load: building it took 0.4 s of tiny.en's 0.9 s tokenizer load, and a
+plain transcription of a CTranslate2 model never encodes (config.json holds the suppress
+ids). Decoding uses the id → token table (tokenizer.json cross-checked against
+vocabulary.json / vocabulary.txt, which also carry the timestamp tokens that tiny.en's
+tokenizer.json lacks) and GPT-2's byte map.
 Special tokens are looked up by name, never by id.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import string
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -183,15 +187,26 @@ def _gpt2_byte_decoder() -> dict[str, int]:
 
 
 _BYTE_DECODER = _gpt2_byte_decoder()
+# each BPE character to chr(its byte); the latin-1 characters that are none to U+FFFF, which
+# latin-1 cannot encode (characters above U+00FF that are none already cannot)
+_BYTE_TRANSLATION = {
+    **{i: 0xFFFF for i in range(256) if chr(i) not in _BYTE_DECODER},
+    **{ord(c): b for c, b in _BYTE_DECODER.items()},
+}
 
 
 @dataclass(frozen=True, eq=False)
 class Tokenizer:
     """A Whisper vocabulary: encode/decode plus its special tokens, found by name."""
 
-    encoder: tokenizers.Tokenizer = field(repr=False)  # the BPE only: no added tokens
+    make_encoder: Callable[[], tokenizers.Tokenizer] = field(repr=False)  # the BPE only
     vocab: tuple[str, ...] = field(repr=False)  # id → token string, for every id < n_vocab
     is_multilingual: bool
+
+    @cached_property
+    def encoder(self) -> tokenizers.Tokenizer:
+        """The BPE with no added tokens, built once (ModelError if the library rejects it)."""
+        return self.make_encoder()
 
     @property
     def n_vocab(self) -> int:
@@ -372,13 +387,20 @@ class Tokenizer:
     def _token_bytes(self) -> tuple[bytes, ...]:
         """Each id's bytes: byte-level BPE strings mapped back; specials as UTF-8 text."""
         eot = self.eot
+        text = self.vocab[:eot]
+        # One str.translate + latin-1 over all tokens maps every character in C (each is
+        # one byte, so the tokens' lengths cut the result): 0.035 s for 51k tokens, where
+        # a generator of dict lookups per token took 0.17 s of each load. A character that
+        # is no BPE byte is left (or made) non-latin-1, so the encode is also the check.
+        joined = "".join(text)
         try:
-            return tuple(
-                bytes(_BYTE_DECODER[c] for c in t) if i < eot else t.encode()
-                for i, t in enumerate(self.vocab)
-            )
-        except KeyError as e:
-            raise ModelError(f"a text token holds {e.args[0]!r}, which is no BPE byte") from e
+            blob = joined.translate(_BYTE_TRANSLATION).encode("latin-1")
+        except UnicodeEncodeError:
+            stray = min(set(joined).difference(_BYTE_DECODER))
+            raise ModelError(f"a text token holds {stray!r}, which is no BPE byte") from None
+        ends = list(itertools.accumulate(map(len, text)))
+        as_bytes = [blob[a:b] for a, b in zip([0, *ends], ends, strict=False)]
+        return (*as_bytes, *(t.encode() for t in self.vocab[eot:]))
 
     def _join(self, token_ids: Iterable[int]) -> str:
         table = self._token_bytes
@@ -420,8 +442,10 @@ def load_tokenizer(model_dir: str | os.PathLike[str]) -> Tokenizer:
     bpe_vocab, merges = _bpe_model(spec, path)
     table = _json_token_table(spec, bpe_vocab, path)
     vocab = _merge_vocabulary(table, *_vocabulary_file(model_dir), path)
+    if not all(isinstance(m, str) or _is_pair(m) for m in merges):  # cheap: checked now
+        raise ModelError(f"{path}: merges must be \"a b\" strings or [\"a\", \"b\"] pairs")
     tokenizer = Tokenizer(
-        encoder=_bpe_encoder(spec, merges, path),
+        make_encoder=lambda: _bpe_encoder_of(path),  # reread then: the parsed file is ~10 MB
         vocab=tuple(vocab),
         # GPT-2's English BPE has <|endoftext|> as its last merge rank; the multilingual one has
         # its own ranks and adds every special after them
@@ -564,11 +588,14 @@ def _is_pair(m: Any) -> bool:
     return isinstance(m, list) and len(m) == 2 and all(isinstance(x, str) for x in m)
 
 
+def _bpe_encoder_of(path: Path) -> tokenizers.Tokenizer:
+    spec = _read_json(path, required=True)
+    return _bpe_encoder(spec, _bpe_model(spec, path)[1], path)
+
+
 def _bpe_encoder(spec: dict[str, Any], merges: list[Any], path: Path) -> tokenizers.Tokenizer:
     """The BPE alone. Merges may be "Ġ t" strings or ["Ġ", "t"] pairs; if this tokenizers
     version rejects the file's format, retry with the other one."""
-    if not all(isinstance(m, str) or _is_pair(m) for m in merges):
-        raise ModelError(f"{path}: merges must be \"a b\" strings or [\"a\", \"b\"] pairs")
     as_strings = [m if isinstance(m, str) else " ".join(m) for m in merges]
     as_pairs = [m.split(" ", 1) if isinstance(m, str) else m for m in merges]
     formats = [as_strings, as_pairs]

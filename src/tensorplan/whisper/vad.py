@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from tensorplan.backends import threads as pools
 from tensorplan.errors import UserError
 from tensorplan.whisper.result import Segment, TranscriptionResult, Word
 
@@ -97,13 +98,13 @@ class SileroVad:
     This mirrors silero-vad's `OnnxWrapper.__call__` (utils_vad.py) at 16 kHz.
     """
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, threads: int = 1):
         ort = _import_onnxruntime()
         opts = ort.SessionOptions()
-        # One thread, as silero-vad and faster-whisper use: the windows are tiny and
-        # sequential, so more threads only add synchronisation.
+        # One thread by default, as silero-vad and faster-whisper use: the windows are tiny
+        # and sequential, so more threads only add synchronisation. --threads N sets it.
         opts.inter_op_num_threads = 1
-        opts.intra_op_num_threads = 1
+        opts.intra_op_num_threads = threads
         opts.log_severity_level = 3  # errors only: graph warnings mean nothing to a user
         self.session = ort.InferenceSession(str(path), sess_options=opts,
                                             providers=["CPUExecutionProvider"])
@@ -137,11 +138,15 @@ def model_path() -> Path:
                     f"{INSTALL_HINT}")
 
 
-@lru_cache(maxsize=1)
 def load_vad_model() -> SileroVad:
-    """The model, loaded once per process."""
+    """The model, loaded once per process (and again if the thread setting changes)."""
+    return _vad_model(pools.for_pool(1))
+
+
+@lru_cache(maxsize=1)
+def _vad_model(threads: int) -> SileroVad:
     _import_onnxruntime()  # say what is missing in the order the hint installs it
-    return SileroVad(model_path())
+    return SileroVad(model_path(), threads)
 
 
 def _import_onnxruntime() -> Any:

@@ -1,0 +1,55 @@
+"""What `--backend auto` runs: numpy unless PyTorch repays its own start-up.
+
+PyTorch's kernels halve the float32 encoder (0.31 s against 0.59 per 30 s window, tiny.en)
+but its decoder steps are no faster (beam 5: 23.7 ms against numpy's 19.6), and `import
+torch` with the backend's set-up costs ~1.2 s and ~240 MB before the first window, plus
+its teardown at exit. A CLI run of jfk.wav (11 s) took 2.47 s on torch against 1.46 on
+numpy. So auto takes torch only where the work is big enough:
+- int8: numpy's int8 kernel dequantizes block by block (a reference, several times slower
+  than FBGEMM), so int8 always runs on torch when it is installed;
+- audio of at least TORCH_MIN_AUDIO_S seconds in this process;
+- unknown work (the Python API, batch workers, servers): a long-lived process, where the
+  import is paid once.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from tensorplan import backends
+
+# Float32 break-even: ~0.15 s saved per 30 s window (encoder gain less the beam-5
+# decoder loss) against ~1.2 s of start-up, i.e. 8 windows; rounded up because the saving
+# shrinks on a busy machine (fewer threads for the encoder) and the import does not.
+TORCH_MIN_AUDIO_S = 300.0
+
+
+def resolve(name: str, compute_type: str = "float32",
+            audio_seconds: float | None = None) -> str:
+    """The backend `name` means for this work: "numpy" or "torch" ("auto" decided here;
+    anything else is passed through for make_backend to check)."""
+    if name != "auto":
+        return name
+    if not backends.torch_available():  # looked up here: tests patch it
+        return "numpy"
+    if compute_type == "int8" or audio_seconds is None or audio_seconds >= TORCH_MIN_AUDIO_S:
+        return "torch"
+    return "numpy"
+
+
+def audio_seconds(paths: Sequence[str | os.PathLike[str]]) -> float | None:
+    """The declared total duration of these files (their containers' headers, not decoded),
+    or None when any is unknown (unreadable, a stream without a duration)."""
+    import av  # already needed to decode them; the probe reads headers only
+
+    total = 0.0
+    for path in paths:
+        try:
+            with av.open(os.fspath(path), metadata_errors="ignore") as container:
+                if container.duration is None:
+                    return None
+                total += float(container.duration / av.time_base)
+        except (av.FFmpegError, OSError, ValueError):
+            return None
+    return total
