@@ -38,10 +38,43 @@ def test_big_products_use_the_configured_count_small_ones_one() -> None:
         pytest.skip("threadpoolctl finds no BLAS")
     numpys = threads._blas()  # the BLAS numpy's products run on (asked, not our record)
     threads.configure(2)
-    threads.for_product(threads.SMALL_PRODUCT - 1)
-    assert numpys.num_threads == 1
-    threads.for_product(threads.SMALL_PRODUCT * 10)
-    assert numpys.num_threads == 2
+    with threads.for_product(threads.SMALL_PRODUCT - 1):
+        assert numpys.num_threads == 1
+    with threads.for_product(threads.SMALL_PRODUCT * 10):
+        assert numpys.num_threads == 2
+
+
+def test_a_product_keeps_its_thread_count_while_another_thread_wants_another() -> None:
+    """OpenBLAS's count is process-wide and a product's rounding depends on it: a product
+    that wants another count waits until the running ones finish."""
+    import threading
+
+    if threads._blas() is None:
+        pytest.skip("threadpoolctl finds no BLAS")
+    threads.configure(2)
+    inside, release, seen = threading.Event(), threading.Event(), []
+
+    def big() -> None:
+        with threads.for_product(threads.SMALL_PRODUCT * 10):
+            inside.set()
+            release.wait(5)
+            seen.append("big done")
+
+    def small() -> None:
+        with threads.for_product(1):
+            seen.append("small")
+
+    a = threading.Thread(target=big)
+    a.start()
+    inside.wait(5)
+    b = threading.Thread(target=small)
+    b.start()
+    b.join(0.3)
+    assert b.is_alive()  # the small product waits for the big one
+    release.set()
+    a.join(5)
+    b.join(5)
+    assert seen == ["big done", "small"]
 
 
 def _loadavg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, running: int) -> None:

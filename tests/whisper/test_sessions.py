@@ -8,6 +8,7 @@ copy of the weights.
 from __future__ import annotations
 
 import gc
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -139,3 +140,23 @@ def test_a_second_session_costs_its_planned_bytes_not_the_weights(
     assert second.nbytes == model.session_bytes
     assert grew <= model.session_bytes + 24_000_000, (grew, model.session_bytes)
     assert grew < weights / 2, (grew, weights)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+def test_each_transcription_of_a_file_closes_its_decoder(tiny_model_factory: Any) -> None:
+    """A file is decoded as it is read; the decoder (its file and ffmpeg's threads) must
+    go when the transcription ends, not when a garbage collection finds it."""
+    from whisper_helpers import JFK
+
+    model = tiny_model_factory("joint")
+    model.transcribe(JFK, beam_size=None)  # every pool started
+    gc.collect()
+    gc.disable()
+    try:
+        tasks, fds = len(os.listdir("/proc/self/task")), len(os.listdir("/proc/self/fd"))
+        for _ in range(4):
+            model.transcribe(JFK, beam_size=None)
+        assert len(os.listdir("/proc/self/task")) <= tasks
+        assert len(os.listdir("/proc/self/fd")) <= fds
+    finally:
+        gc.enable()

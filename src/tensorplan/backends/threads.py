@@ -80,8 +80,9 @@ def configure(n: int | None) -> int:
         if _state["current"] != want:
             lib.set_num_threads(want)
             _state["current"] = want
-        for other in _blas_libraries()[1:]:  # scipy's own OpenBLAS, if loaded by now
-            other.set_num_threads(want)
+        for other in _blas_libraries():  # scipy's own OpenBLAS too, if loaded by now
+            if other.filepath != lib.filepath:
+                other.set_num_threads(want)
     torch = sys.modules.get("torch")  # only if already imported: never pay its import here
     if torch is not None:
         torch.set_num_threads(want)
@@ -95,8 +96,8 @@ def _blas() -> Any:
             return None
         try:
             libs = _blas_libraries()
-            if libs:  # the first is numpy's, which runs our products
-                _state["lib"] = libs[0]
+            if libs:  # numpy's runs our products; scipy's copy may be listed first
+                _state["lib"] = next((lib for lib in libs if "numpy" in lib.filepath), libs[0])
                 _state["default"] = min(libs[0].num_threads, count())
                 _state["current"] = libs[0].num_threads
         except Exception:  # noqa: BLE001 - thread control is an optimisation only
@@ -126,14 +127,14 @@ class _BlasGate:
     @contextmanager
     def use(self, lib: Any, want: int) -> Iterator[None]:
         with self._cond:
-            if _state["current"] != want or self._pending:
+            if self._users and (_state["current"] != want or self._pending):
                 self._pending += 1
                 while self._users:
                     self._cond.wait()
                 self._pending -= 1
-                if _state["current"] != want:
-                    lib.set_num_threads(want)
-                    _state["current"] = want
+            if not self._users and lib.num_threads != want:  # asked, not our record
+                lib.set_num_threads(want)
+            _state["current"] = want
             self._users += 1
         try:
             yield

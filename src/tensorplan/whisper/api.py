@@ -79,10 +79,21 @@ class Session:
     def _run(self, audio: Audio, options: TranscribeOptions | None,
              on_segment: SegmentCallback | None, progress: ProgressCallback | None,
              vad_options: VadOptions | None, overrides: dict[str, Any]) -> TranscriptionResult:
-        from tensorplan.whisper.audio import MelFrames, open_audio
+        from tensorplan.whisper.audio import open_audio
 
         opts = dataclasses.replace(options or TranscribeOptions(), **overrides)
         samples = open_audio(audio, stream=opts.audio_stream)  # files streamed, arrays checked
+        try:
+            return self._decode(samples, opts, on_segment, progress, vad_options)
+        finally:
+            if samples is not audio and hasattr(samples, "close"):  # a file being decoded
+                samples.close()
+
+    def _decode(self, samples: Any, opts: TranscribeOptions,
+                on_segment: SegmentCallback | None, progress: ProgressCallback | None,
+                vad_options: VadOptions | None) -> TranscriptionResult:
+        from tensorplan.whisper.audio import MelFrames
+
         if opts.batch_size is not None:  # chunks cut at pauses over the whole file: read it
             return self._run_batched(np.asarray(samples), opts, on_segment, progress,
                                      vad_options)

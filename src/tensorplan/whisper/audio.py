@@ -189,8 +189,18 @@ class StreamedAudio:
         return whole if dtype is None else np.asarray(whole, dtype)
 
     def _reset(self) -> None:
+        self.close()
         self.chunks = self._pcm()
         self.buf, self.start = np.zeros(0, np.float32), 0
+
+    def close(self) -> None:
+        """End the decoding under way: its container, file and ffmpeg threads go now, not
+        when a garbage collection finds the suspended generator (a server leaked two
+        threads and a file per request until one did)."""
+        close = getattr(self.chunks, "close", None)
+        if close is not None:
+            close()
+        self.chunks = iter(())
 
     def _pcm(self) -> Iterator[np.ndarray]:
         _, file = _open(self.source)
