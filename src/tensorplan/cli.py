@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from tensorplan.errors import UserError
 
-COMMANDS = ("transcribe", "plan", "pack", "export", "bench")
+COMMANDS = ("transcribe", "plan", "pack", "export", "bench", "serve")
 
 
 def build_parser() -> argparse.ArgumentParser:
