@@ -11,7 +11,9 @@ its own as it starts) and the BLAS pools (process-wide, through threadpoolctl).
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
+from typing import Any
 
 
 def cores() -> int:
@@ -41,8 +43,6 @@ class ThreadBudget:
 
     def enter_worker(self) -> None:
         """In each session's worker thread, as it starts."""
-        try:
-            import torch
-        except ImportError:
-            return
-        torch.set_num_threads(self.per_session)
+        torch: Any = sys.modules.get("torch")  # loaded by the torch backend, if it is used
+        if torch is not None:
+            torch.set_num_threads(self.per_session)
