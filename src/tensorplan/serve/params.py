@@ -27,6 +27,7 @@ GRANULARITIES = ("word", "segment")
 OPENAI_FIELDS = {"model", "language", "prompt", "response_format", "temperature", "stream",
                  "timestamp_granularities[]", "timestamp_granularities"}
 IGNORED_FIELDS = {"include[]", "include", "chunking_strategy"}
+SERVER_FIELDS = {"stream_outputs"}  # tensorplan's: rendered files in the final stream event
 # options an endpoint or an OpenAI field sets
 NOT_EXTRA = {"task", "language", "temperature"}
 EXTRA_FIELDS = tuple(f.name for f in dataclasses.fields(TranscribeOptions)
@@ -61,7 +62,8 @@ class RequestParser:
 
     def parse(self, form: Form, task: str) -> TranscriptionRequest:
         self._check_model(form.get("model"))
-        unknown = set(form.fields) - OPENAI_FIELDS - IGNORED_FIELDS - set(EXTRA_FIELDS)
+        unknown = set(form.fields) - OPENAI_FIELDS - IGNORED_FIELDS - SERVER_FIELDS \
+            - set(EXTRA_FIELDS)
         if unknown:
             name = sorted(unknown)[0]
             raise bad_request(f"unrecognized form field {name!r}", param=name,
