@@ -13,8 +13,6 @@ from typing import Any
 import pytest
 from serve_helpers import JFK, ROOT, ServerProcess
 
-from tensorplan.whisper.writers import render
-
 
 def _create(client: Any, **kwargs: Any) -> Any:
     with open(JFK, "rb") as f:

@@ -46,7 +46,6 @@ def browser() -> Any:
 def test_upload_and_watch_the_transcript(browser: Any, server: ServerProcess,
                                          reference: Any) -> None:
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
     browser.get(server.url + "/")
