@@ -8,7 +8,8 @@ The ceiling is one process transcribing the same file sequentially with the Pyth
 HTTP, no queue): `ratio` is the server's throughput over it.
 
     python bench/serve.py [--compute-types float32,int8] [--levels 1,2,4,8] [--requests 2]
-                          [--sessions N] [--beam-size none] [--quick]
+                          [--sessions N] [--server-args "..."] [--files jfk,long]
+                    [--beam-size none] [--quick]
 """
 
 from __future__ import annotations
@@ -152,6 +153,8 @@ def main() -> int:
     p.add_argument("--levels", default="1,2,4,8")
     p.add_argument("--requests", type=int, default=2, help="requests per client per level")
     p.add_argument("--sessions", default=None, help="the server's --sessions (its default)")
+    p.add_argument("--server-args", default="", help="more `tensorplan serve` flags")
+    p.add_argument("--files", default="jfk,long", help="jfk and/or long (the tiled file)")
     p.add_argument("--beam-size", default="none", help="'none' (greedy) or beams")
     p.add_argument("--long-seconds", type=float, default=60.0)
     p.add_argument("--quick", action="store_true",
@@ -161,8 +164,8 @@ def main() -> int:
     types = args.compute_types.split(",") if not args.quick else ["int8"]
     levels = [int(x) for x in args.levels.split(",")] if not args.quick else [1, 2]
     requests = 1 if args.quick else args.requests
-    files = {"jfk.wav (11 s)": JFK.read_bytes()}
-    if not args.quick:
+    files = {"jfk.wav (11 s)": JFK.read_bytes()} if "jfk" in args.files else {}
+    if not args.quick and "long" in args.files:
         files[f"tiled ({args.long_seconds:.0f} s)"] = tiled_wav(args.long_seconds)
     rows: list[dict[str, Any]] = []
     print(f"cores: {len(os.sched_getaffinity(0))}, load average: {os.getloadavg()[0]:.1f}, "
@@ -172,7 +175,8 @@ def main() -> int:
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     with tempfile.TemporaryDirectory() as tmp:
         for ctype in types:
-            extra = ["--sessions", args.sessions] if args.sessions else []
+            extra = (["--sessions", args.sessions] if args.sessions else []) \
+                + args.server_args.split()
             server = Server(["--compute-type", ctype, "--beam-size", args.beam_size, *extra])
             try:
                 for name, data in files.items():

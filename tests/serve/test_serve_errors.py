@@ -88,6 +88,7 @@ def test_not_multipart_is_415(server: ServerProcess) -> None:
 @pytest.mark.parametrize(("field", "value"), [
     ("response_format", "mp3"), ("temperature", "hot"), ("beam_size", "0"),
     ("timestamp_granularities[]", "sentence"), ("stream", "maybe"), ("colour", "blue"),
+    ("language", "klingon"),
 ])
 def test_bad_fields_are_400s(server: ServerProcess, field: str, value: str) -> None:
     error = _assert_error(_post(server, _jfk(), data={field: value}), 400)

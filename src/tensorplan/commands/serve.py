@@ -71,12 +71,10 @@ def run(args: argparse.Namespace) -> int:
     from tensorplan.whisper.options import TranscribeOptions, from_args
 
     sessions = args.sessions or 1
-    for name, value in (("--sessions", sessions), ("--max-queue", args.max_queue + 1),
-                        ("--threads-per-session", args.threads_per_session or 1)):
-        if value < 1:
-            raise UserError(f"{name} must be at least {1 if name != '--max-queue' else 0}")
-    if args.max_upload_mb <= 0:
-        raise UserError("--max-upload-mb must be positive")
+    if sessions < 1 or (args.threads_per_session is not None and args.threads_per_session < 1):
+        raise UserError("--sessions and --threads-per-session must be at least 1")
+    if args.max_queue < 0 or args.max_upload_mb <= 0:
+        raise UserError("--max-queue must be 0 or more, --max-upload-mb positive")
     threads = args.threads_per_session or ThreadBudget.divide(sessions, cores()).per_session
     config = ServeConfig(
         model=args.model,

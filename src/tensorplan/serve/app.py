@@ -22,7 +22,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tensorplan.errors import UserError
+from tensorplan.errors import AudioError, UserError
 from tensorplan.serve import streaming
 from tensorplan.serve.config import ServeConfig
 from tensorplan.serve.errors import ApiError, bad_request
@@ -251,7 +251,7 @@ def _transcriber(form: Form, req: TranscriptionRequest,
                  on_segment: Callable[[Segment], None]) -> Callable[[Any, Job], Any]:
     """The job's body, run on a session's worker thread: (result, audio seconds)."""
     assert form.file is not None
-    path = str(form.file.path)
+    path, filename = str(form.file.path), form.file.filename
 
     def run(session: Any, job: Job) -> tuple[TranscriptionResult, float]:
         frames = [0]
@@ -267,9 +267,11 @@ def _transcriber(form: Form, req: TranscriptionRequest,
         try:
             result = session.transcribe(path, req.options, on_segment=segment,
                                         progress=progress)
-        except (UserError, ValueError) as e:
-            raise bad_request(str(e).replace(path, form.file.filename if form.file else ""),
-                              param="file", code="invalid_audio") from None
+        except AudioError as e:  # named by the client's file name, not the temp file's
+            raise bad_request(str(e).replace(path, filename), param="file",
+                              code="invalid_audio") from None
+        except (UserError, ValueError) as e:  # e.g. a language the model does not know
+            raise bad_request(str(e).replace(path, filename)) from None
         ends = [s.end for s in result.segments]
         # mel frames are 10 ms; with vad_filter they count the speech only
         duration = frames[0] / 100 if frames[0] else max(ends, default=0.0)
