@@ -56,7 +56,7 @@ def product_rates(d: int, repeats: int) -> dict[str, float]:
         import torch
 
         from tensorplan.backends.torch_kernels import pack_int8
-        from tensorplan.whisper.model import quantize_rows
+        from tensorplan.whisper.quantize import quantize_rows
 
         ta, tw, to = torch.from_numpy(a), torch.from_numpy(w), torch.from_numpy(out)
         rates["torch float32"] = macs / median_time(
@@ -75,7 +75,7 @@ def window_macs(model: Any) -> int:
     graphs (matmul, qmatmul, conv2d) counted from its planned shapes."""
     total = 0
     for name in ("conv", "encoder", "cross"):
-        for n in model.pipeline.stages[name].graph.nodes:
+        for n in model.model.pipeline.stages[name].graph.nodes:
             if n.op is not None and n.op.name in ("matmul", "qmatmul"):
                 total += n.size * n.srcs[0].shape[-1]
     return total
@@ -106,7 +106,8 @@ def per_token_checks(model: Any) -> tuple[int, int, int]:
     peaks = [0]
     real = allocator.GraphAllocator.alloc_graph
     allocator.GraphAllocator.alloc_graph = lambda self, g: plans.append(g) or real(self, g)
-    compute = model.backend.compute
+    ex = model.executor
+    compute = ex.compute
 
     def traced(graph: Any) -> None:
         tracemalloc.reset_peak()
@@ -116,15 +117,15 @@ def per_token_checks(model: Any) -> tuple[int, int, int]:
 
     try:
         decode_steps(model, 1, 2)  # warm: views of every graph used below exist
-        views = model.backend.views_made
-        model.backend.compute = traced
+        views = ex.views_made
+        ex.compute = traced
         tracemalloc.start()
         decode_steps(model, 1, 8)
         tracemalloc.stop()
-        return len(plans), model.backend.views_made - views, peaks[0]
+        return len(plans), ex.views_made - views, peaks[0]
     finally:
         allocator.GraphAllocator.alloc_graph = real
-        del model.backend.compute
+        del ex.compute
 
 
 def configs() -> list[tuple[str, str]]:
@@ -150,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     rates: dict[str, float] = {}
     for backend, compute in configs():
-        m = load_model(args.model, backend=backend, compute_type=compute).model
+        m = load_model(args.model, backend=backend, compute_type=compute).session().state
         if not rates:
             rates = product_rates(m.dims.n_audio_state, repeats)
         mel = np.ascontiguousarray(log_mel_spectrogram(audio, m.dims.n_mels, 480_000)[:, :3000])

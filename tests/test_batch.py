@@ -284,3 +284,15 @@ def test_ray_actors_transcribe_and_a_dead_actor_is_replaced(ray_local: Any, clip
     assert all(e["status"] == "done" for e in entries.values())
     assert entries["country"]["attempts"] == 2
     assert ray_local.is_initialized()  # a Ray it did not start is left running
+
+
+def test_subtitle_options_are_part_of_the_settings() -> None:
+    """srt/vtt made with other line options are other outputs; unset, old manifests match."""
+    from tensorplan.batch.run import _settings
+    from tensorplan.whisper.writers import SubtitleOptions
+
+    spec, options = ModelSpec("tiny.en"), TranscribeOptions()
+    assert _settings(spec, options, SubtitleOptions()) == _settings(spec, options)
+    assert "subtitles" not in _settings(spec, options)
+    narrow = _settings(spec, options, SubtitleOptions(max_line_width=20))
+    assert narrow["subtitles"]["max_line_width"] == 20

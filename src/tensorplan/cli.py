@@ -1,14 +1,18 @@
-"""Command line: `tensorplan transcribe | plan | pack | bench`.
+"""Command line: `tensorplan transcribe | plan | pack | export`.
 
 Each subcommand lives in tensorplan/commands/<name>.py with `register(subparsers)`, which
 adds its parser and sets `func(args) -> int`. A UserError prints one line and exits 2;
---debug (or TENSORPLAN_DEBUG=1) shows the traceback instead.
+--debug (anywhere on the line, or TENSORPLAN_DEBUG=1) shows the traceback instead.
+
+openai-whisper's spellings work too (`openai_spellings`): `--output_dir` for every
+`--output-dir`, and `--verbose False` for `--no-verbose`.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import logging
 import os
 import sys
@@ -16,28 +20,105 @@ from collections.abc import Sequence
 
 from tensorplan.errors import UserError
 
-COMMANDS = ("transcribe", "plan", "pack", "export", "bench", "serve")
+COMMANDS = ("transcribe", "plan", "pack", "export", "serve")
+_BOOL_WORDS = {"true": True, "false": False}  # openai's str2bool, also in lower case
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tensorplan", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="tensorplan",
+        description="Whisper speech to text on a tensor-graph runtime with a static memory "
+        "planner.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"tensorplan.commands.{name}")
-        except ModuleNotFoundError as e:
-            if e.name != f"tensorplan.commands.{name}":
-                raise
-            continue  # a subcommand not built yet
-        module.register(sub)
+        importlib.import_module(f"tensorplan.commands.{name}").register(sub)
+    for command in sub.choices.values():  # SUPPRESS: absent here keeps the top level's value
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                             help="show tracebacks and debug logs")
     return parser
+
+
+def version() -> str:
+    """The installed distribution's version; the source tree's when run uninstalled."""
+    try:
+        return importlib.metadata.version("tensorplan")
+    except importlib.metadata.PackageNotFoundError:
+        from tensorplan import __version__
+
+        return __version__
+
+
+def openai_spellings(parser: argparse.ArgumentParser, argv: Sequence[str]) -> list[str]:
+    """`argv` with openai-whisper's spellings rewritten to this parser's, before parsing.
+
+    `--foo_bar` becomes `--foo-bar` when that is (the start of) an option of the command
+    being parsed, so every flag of every subcommand has its underscore alias without a list
+    of aliases. A boolean flag followed by True or False (`--verbose False`,
+    `--word_timestamps=True`) becomes `--verbose` / `--no-verbose`. Nothing after `--`
+    changes.
+    """
+    options, commands = _options(parser), _subcommands(parser)
+    in_command = False
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        i += 1
+        if arg == "--":
+            out += argv[i - 1 :]
+            break
+        if not arg.startswith("--"):
+            if not in_command and arg in commands:
+                options, in_command = _options(commands[arg]), True
+            out.append(arg)
+            continue
+        name, eq, value = arg.partition("=")
+        dashed = name.replace("_", "-")
+        if dashed != name and any(o.startswith(dashed) for o in options):
+            name = dashed
+        action = options.get(name)
+        word = value if eq else argv[i] if i < len(argv) else ""
+        if _is_switch(action, name) and word.lower() in _BOOL_WORDS:
+            i += 0 if eq else 1
+            out += _switch(name, action, _BOOL_WORDS[word.lower()])
+            continue
+        out.append(name + eq + value)
+    return out
+
+
+def _options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    return {s: a for a in parser._actions for s in a.option_strings}
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _is_switch(action: argparse.Action | None, name: str) -> bool:
+    """An on/off flag spelled in its positive form (`--verbose`, not `--no-verbose`)."""
+    if isinstance(action, argparse.BooleanOptionalAction):
+        return not name.startswith("--no-")
+    return isinstance(action, argparse._StoreTrueAction)
+
+
+def _switch(name: str, action: argparse.Action | None, on: bool) -> list[str]:
+    if on:
+        return [name]
+    if isinstance(action, argparse.BooleanOptionalAction):
+        return ["--no-" + name[2:]]
+    return []  # a store_true flag set to False: as if absent
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()
-        args = parser.parse_args(argv)
+        args = parser.parse_args(openai_spellings(parser, sys.argv[1:] if argv is None else argv))
     except KeyboardInterrupt:  # while importing or parsing: still no traceback
         print("tensorplan: interrupted", file=sys.stderr)
         return 130

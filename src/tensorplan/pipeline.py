@@ -11,6 +11,9 @@ A stage is a graph; a *handoff* is a tensor one stage produces and later stages 
 
 Stages that never run at the same time and hand nothing to each other (the decoder's
 prompt and step graphs, say) can share one compute buffer: `group=` names such a set.
+A stage added with `joint=False` stays off the joint timeline and is planned with its
+group even in joint mode: graphs run only now and then (word alignment) whose OUTPUT
+tensors would otherwise stay pinned across the whole joint arena.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ class Stage:
     graph: Graph
     group: str | None = None
     allocator: GraphAllocator | None = None
+    joint: bool = True  # on the joint timeline (in joint mode)
 
 
 @dataclass
@@ -92,37 +96,44 @@ class Pipeline:
             t.flags |= Flag.OUTPUT
         return t, None
 
-    def add(self, name: str, outputs: Sequence[Tensor], group: str | None = None) -> Stage:
-        stage = Stage(name, Graph.build(list(outputs)), group)
+    def add(self, name: str, outputs: Sequence[Tensor], group: str | None = None,
+            joint: bool = True) -> Stage:
+        stage = Stage(name, Graph.build(list(outputs)), group, joint=joint)
         self.stages[name] = stage
         return stage
+
+    def on_timeline(self, stage: Stage) -> bool:
+        """Whether `stage` is planned inside the joint arena."""
+        return self.mode == "joint" and stage.joint
 
     # ---- planning ---------------------------------------------------------------------
     def allocate(self) -> None:
         """Plan and bind every stage (once; plans are reused across runs)."""
+        alone = [s for s in self.stages.values() if not self.on_timeline(s)]
         if self.mode == "joint":
-            joint = joint_graph([s.graph for s in self.stages.values()])
+            joint = joint_graph([s.graph for s in self.stages.values() if s.joint])
             self.joint_allocator = GraphAllocator([self.buffer_type], strategy=self.strategy)
             self.joint_allocator.alloc_graph(joint)
-            return
-        for stage in self.stages.values():
+        for stage in alone:
             buft: BufferType = self.buffer_type
             if stage.group is not None:
                 buft = self.arenas.setdefault(stage.group, SharedArena(self.buffer_type))
             stage.allocator = GraphAllocator([buft], strategy=self.strategy)
-        for stage in self.stages.values():  # size every shared arena before binding any
+        for stage in alone:  # size every shared arena before binding any
             if stage.group is not None and stage.allocator is not None:
                 self.arenas[stage.group].reserve(stage.allocator.reserve(stage.graph)[0])
-        for stage in self.stages.values():
+        for stage in alone:
             assert stage.allocator is not None
             stage.allocator.alloc_graph(stage.graph)
 
     def compute_bytes(self) -> dict[str, int]:
         """Planned compute bytes per stage (per shared group; the joint arena as one)."""
-        if self.joint_allocator is not None:
-            return {"joint": self.joint_allocator.buffer_size(0)}
         sizes: dict[str, int] = {}
+        if self.joint_allocator is not None:
+            sizes["joint"] = self.joint_allocator.buffer_size(0)
         for stage in self.stages.values():
+            if self.on_timeline(stage):
+                continue
             assert stage.allocator is not None
             key = stage.group or stage.name
             sizes[key] = max(sizes.get(key, 0), stage.allocator.buffer_size(0))

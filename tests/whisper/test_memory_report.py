@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import io
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +21,8 @@ from tensorplan.whisper import api
 from tensorplan.whisper.graphs import Dims
 from tensorplan.whisper.memory import (
     MB,
+    ON_DEMAND,
+    arena_layout,
     live_steps,
     memory_report,
     whisper_cpp_formula,
@@ -77,7 +80,10 @@ def test_every_plan_mode_prints_a_table_whose_total_is_the_sum_of_its_rows(cli: 
             continue
         total, total_lb = rows.pop("total")
         assert total is not None and total_lb is not None
-        counted = [(mb, lb or 0.0) for mb, lb in rows.values() if mb is not None]
+        # word alignment's buffers are bound on first use: shown, not in the total
+        assert {"align", "align_head"} <= rows.keys()
+        counted = [(mb, lb or 0.0) for name, (mb, lb) in rows.items()
+                   if mb is not None and not name.startswith("align")]
         assert {"kv self", "kv cross", "persistent"} <= rows.keys()
         assert sum(mb for mb, _ in counted) == pytest.approx(total, abs=0.005 * len(counted))
         assert sum(lb for _, lb in counted) == pytest.approx(total_lb, abs=0.005 * len(counted))
@@ -101,13 +107,16 @@ def test_last_line_names_the_lowest_total(cli: Cli, tiny_model_factory: Factory)
 @pytest.mark.parametrize("plan", PLAN_MODES)
 def test_report_counts_every_byte_once(tiny_model_factory: Factory, plan: str) -> None:
     r = memory_report(tiny_model_factory(plan))
-    counted = [row for row in r.rows if row.bytes is not None]
+    counted = [row for row in r.rows if row.bytes is not None and row.kind != ON_DEMAND]
     assert sum(row.bytes or 0 for row in counted) == r.total_non_weight_bytes
     assert sum(row.lower_bound for row in counted) == r.total_lower_bound
     assert all(row.bytes is None or 0 <= row.lower_bound <= row.bytes for row in r.rows)
     assert r.kv_cross_bytes > 0 and r.kv_self_bytes > 0 and r.weights_bytes > 10 * MB
     model = tiny_model_factory(plan).model
-    buffers = sum(model.pipeline.compute_bytes().values())
+    buffers = sum(n for name, n in model.pipeline.compute_bytes().items()
+                  if not name.startswith("align"))
+    assert r.on_demand_bytes == model.align_bytes > 0  # word alignment, bound on first use
+    assert r.total_non_weight_bytes == model.session_bytes
     if plan == "dedicated":  # the cross K/V are copies outside the compute buffers
         assert r.compute_bytes == buffers and r.persistent_bytes > 0
         assert r.copy_bytes_per_window > 0
@@ -123,6 +132,27 @@ def test_chart_is_a_png(cli: Cli) -> None:
     data = png.read_bytes()
     assert len(data) > 10_000 and data.startswith(b"\x89PNG\r\n\x1a\n")
     assert not list(png.parent.glob(".*.tmp")), "the temporary file was left behind"
+    umask = os.umask(0)
+    os.umask(umask)
+    assert png.stat().st_mode & 0o777 == 0o666 & ~umask  # readable as other outputs are
+
+
+@pytest.mark.parametrize("plan", PLAN_MODES)
+def test_chart_adds_up_to_the_table(tiny_model_factory: Factory, plan: str) -> None:
+    """The chart draws every byte the table counts: its buffers plus the bands beside them
+    (the KV self cache always) make the table's total, and the cross K/V drawn as planned
+    OUTPUT tensors are the kv cross row, unless they are copies beside the buffers."""
+    model = tiny_model_factory(plan)
+    report, layout = memory_report(model), arena_layout(model)
+    assert layout.total_bytes == report.total_non_weight_bytes
+    outside = dict(layout.outside)
+    assert outside["kv self"] == report.kv_self_bytes
+    drawn = sum(b.size for b in layout.boxes if b.kv_cross)
+    assert drawn + outside.get("kv cross copies", 0) == report.kv_cross_bytes
+    assert sum(s.kv_cross_bytes for s in layout.buffers) == drawn
+    if plan == "joint":  # the table's arena row leaves out the cross K/V it holds
+        arena = next(r for r in report.rows if r.name == "joint arena")
+        assert layout.buffers[0].buffer_bytes - drawn == arena.bytes
 
 
 def test_whisper_cpp_tiny_rows(cli: Cli, tiny_model_factory: Factory) -> None:

@@ -5,6 +5,8 @@ bounds the torch one's extra activation rounding."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import scipy.special
@@ -13,7 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from whisper_helpers import BACKEND_NAMES, JFK_TEXT, normalize
 
-from tensorplan.whisper.model import quantize_rows
+from tensorplan.whisper.quantize import quantize_rows
 
 needs_torch = pytest.mark.skipif("torch" not in BACKEND_NAMES, reason="PyTorch not installed")
 
@@ -26,7 +28,7 @@ def _first_logits(model, jfk_audio) -> tuple[np.ndarray, np.ndarray]:
     """(encoder output, logits of the first and last prompt positions), jfk window."""
     from tensorplan.whisper.audio import log_mel_spectrogram
 
-    m = model.model
+    m = model.session().state
     mel = log_mel_spectrogram(jfk_audio, n_mels=80, padding=480_000)[:, :3000]
     m.encode(np.ascontiguousarray(mel))
     tok = m.tokenizer
@@ -76,7 +78,7 @@ def _step_logits(model, jfk_audio) -> np.ndarray:
     decoding runs."""
     from tensorplan.whisper.audio import log_mel_spectrogram
 
-    m = model.model
+    m = model.session().state
     m.encode(np.ascontiguousarray(log_mel_spectrogram(jfk_audio, 80, 480_000)[:, :3000]))
     tok = m.tokenizer
     prompt = [tok.sot, tok.no_timestamps, *tok.encode(" And so my fellow Americans ask not")]
@@ -121,7 +123,7 @@ def test_int8_holds_every_projection_as_int8(tiny_model_factory):
     layer's projections, the cross K/V's fused one included; the convolutions, norms and
     biases stay float32."""
     model = tiny_model_factory("joint", backend="numpy", compute_type="int8").model
-    dtypes = {name: t.dtype.name for name, t in model._params.items()}
+    dtypes = {name: t.dtype.name for name, t in model.param.tensors.items()}
     for name in ("decoder/embeddings/weight", "decoder/layer_0/ffn/linear_1/weight",
                  "decoder/layer_0/attention/linear_1/weight",
                  "encoder/layer_0/self_attention/linear_0/weight"):
@@ -139,7 +141,7 @@ def test_a_missing_backend_or_compute_type_is_a_clear_error(monkeypatch):
 
     monkeypatch.setattr(torch_cpu, "torch", None)  # as on a machine without PyTorch
     monkeypatch.setattr(backends, "torch_available", lambda: False)
-    with pytest.raises(UserError, match=r"pip install 'tensorplan\[torch\]'"):
+    with pytest.raises(UserError, match=re.escape(backends.TORCH_INSTALL)):
         load_model("tiny.en", backend="torch")
     assert type(load_model("tiny.en", backend="auto").model.backend).__name__ == "NumpyBackend"
     with pytest.raises(UserError, match="unknown backend 'cuda'"):

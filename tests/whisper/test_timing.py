@@ -356,10 +356,10 @@ JfkWords = tuple[TranscriptionResult, list[int], np.ndarray, Any]
 
 @pytest.fixture(scope="module")
 def jfk_words(tiny_model_factory: Any, jfk_audio: np.ndarray) -> JfkWords:
-    whisper = tiny_model_factory("joint")
-    result = whisper.transcribe(jfk_audio, beam_size=None, word_timestamps=True)
-    model, tok = whisper.model, whisper.model.tokenizer
-    # jfk is one window: the model still holds it, so the same scores can be read again
+    session = tiny_model_factory("joint").session()
+    result = session.transcribe(jfk_audio, beam_size=None, word_timestamps=True)
+    model, tok = session.state, session.state.tokenizer
+    # jfk is one window: the session still holds it, so the same scores can be read again
     text = [t for s in result.segments for t in s.tokens if t < tok.eot]
     sot = tok.sot_sequence("en")
     scores = model.align([*sot, tok.no_timestamps, *text, tok.eot], []).scores

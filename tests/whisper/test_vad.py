@@ -297,6 +297,12 @@ def test_restore_segment_and_its_words() -> None:
 # --- the wiring in Whisper.transcribe and the CLI ----------------------------------------
 
 
+@pytest.fixture(autouse=True)
+def _no_session_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """fake_whisper's sessions hold nothing: the tests here fake the decoding loop."""
+    monkeypatch.setattr(api, "WhisperSession", lambda model: SimpleNamespace(model=model))
+
+
 def fake_whisper() -> api.Whisper:
     return api.Whisper(SimpleNamespace(dims=SimpleNamespace(n_mels=80)), "fake")  # type: ignore[arg-type]
 

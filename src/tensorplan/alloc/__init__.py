@@ -8,12 +8,13 @@ where it can) and `ggml` (ggml-alloc's online rules, the faithful baseline).
 
 from __future__ import annotations
 
-from tensorplan.alloc.allocator import BufferType, GraphAllocator
+from tensorplan.alloc.allocator import GraphAllocator
 from tensorplan.alloc.offline import DEFAULT_BUDGET_S
 from tensorplan.alloc.pack import Packing, pack
 from tensorplan.alloc.plan import STRATEGIES, UNLIMITED, BufferSpec, Placement, Plan, PlanError
 from tensorplan.alloc.planner import plan_graph
 from tensorplan.alloc.verify import lower_bound, verify, violations
+from tensorplan.tensor import BufferType
 
 __all__ = [
     "DEFAULT_BUDGET_S",

@@ -29,35 +29,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Protocol
 
 from tensorplan.alloc.liveness import owns
 from tensorplan.alloc.offline import DEFAULT_BUDGET_S
 from tensorplan.alloc.plan import STRATEGIES, Plan
 from tensorplan.alloc.planner import plan_graph
 from tensorplan.graph import Graph
-from tensorplan.tensor import Buffer, Tensor
+from tensorplan.tensor import Buffer, BufferType, Tensor
 
 log = logging.getLogger("tensorplan.alloc")
 
 Fingerprint = list[tuple[object, ...]]
-
-
-class BufferType(Protocol):
-    """Implemented by backends: where buffers live and how they are made."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def alignment(self) -> int: ...
-
-    @property
-    def max_size(self) -> int:
-        """Bytes per buffer (chunk); a huge int for unlimited."""
-        ...
-
-    def alloc_buffer(self, size: int) -> Buffer: ...
 
 
 def fingerprint(graph: Graph, owner: object | None) -> Fingerprint:

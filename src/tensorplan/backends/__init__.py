@@ -14,6 +14,9 @@ from tensorplan.backends.numpy_cpu import NumpyBackend, NumpyBuffer, NumpyBuffer
 from tensorplan.backends.reference import evaluate
 
 BACKENDS = ("auto", "numpy", "torch")
+# Every hint to install PyTorch says this: its CPU build, from PyTorch's own index (PyPI's
+# default Linux wheel is a CUDA build of several GB that no backend here uses).
+TORCH_INSTALL = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
 
 
 def torch_available() -> bool:
@@ -41,6 +44,7 @@ __all__ = [
     "NumpyBackend",
     "NumpyBuffer",
     "NumpyBufferType",
+    "TORCH_INSTALL",
     "evaluate",
     "make_backend",
     "torch_available",

@@ -1,25 +1,27 @@
 """The numpy CPU backend: a buffer is an aligned uint8 array, a placed tensor an ndarray view.
 
-Views are made once per plan (per graph, re-made only for tensors whose (buffer, offset)
-changed) and every kernel writes into its node's view, so a planned run allocates only
-O(block) scratch. Weights enter graphs as PARAM leafs in buffers of their own (`param`),
-KV caches and cross-graph results as `persistent` tensors.
+Views are made once per plan (per graph and executor, re-made only for tensors whose
+(buffer, offset) changed) and every kernel writes into its node's view, so a planned run
+allocates only O(block) scratch. Weights enter graphs as PARAM leafs in buffers of their
+own (`param`), shared by every executor; an executor binds template buffers (base.py) to
+buffers of its own, so several run the same plans at once on different threads.
 """
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from tensorplan import dtype as dt
+from tensorplan.backends.base import TemplateBuffer
 from tensorplan.backends.kernels import KERNELS, executes
 from tensorplan.dtype import DType
 from tensorplan.graph import Graph
-from tensorplan.tensor import Flag, Tensor
+from tensorplan.tensor import Buffer, Flag, Tensor
 
 
 def aligned_bytes(size: int, alignment: int) -> np.ndarray:
@@ -78,9 +80,12 @@ class NumpyBufferType:
 
 
 # ---- views of placed tensors --------------------------------------------------------------
-def placement(t: Tensor) -> tuple[NumpyBuffer, int]:
+Bindings = Mapping[TemplateBuffer, Buffer]
+
+
+def placement(t: Tensor, bindings: Bindings | None = None) -> tuple[NumpyBuffer, int]:
     """(buffer, absolute byte offset) of t; a view the allocator left unbound is found
-    through its root."""
+    through its root, and a template buffer through `bindings`."""
     if t.buffer is not None:
         buf, off = t.buffer, t.offset
     elif t.view_src is not None and t.view_src.buffer is not None:
@@ -90,6 +95,11 @@ def placement(t: Tensor) -> tuple[NumpyBuffer, int]:
             f"{t!r} has no placement: plan its graph (GraphAllocator.alloc_graph) "
             "or place it yourself"
         )
+    if isinstance(buf, TemplateBuffer):
+        real = bindings.get(buf) if bindings is not None else None
+        if real is None:
+            raise ValueError(f"{t!r} lives in {buf!r}, which this executor was not given")
+        buf = real
     if not isinstance(buf, NumpyBuffer):
         raise TypeError(f"{t!r} lives in a {type(buf).__name__}, which numpy cannot read")
     return buf, off
@@ -113,13 +123,17 @@ class ViewCache:
     that come and go does not keep their buffers alive forever.
     """
 
-    def __init__(self, limit: int | None = None) -> None:
+    def __init__(self, limit: int | None = None, bindings: Bindings | None = None) -> None:
         self._views: dict[Tensor, tuple[NumpyBuffer, int, np.ndarray]] = {}
         self.limit = limit
+        self.bindings = bindings
         self.made = 0
 
+    def placement(self, t: Tensor) -> tuple[NumpyBuffer, int]:
+        return placement(t, self.bindings)
+
     def array(self, t: Tensor) -> np.ndarray:
-        buf, off = placement(t)
+        buf, off = placement(t, self.bindings)
         hit = self._views.get(t)
         if hit is not None and hit[0] is buf and hit[1] == off:
             return hit[2]
@@ -134,19 +148,19 @@ class ViewCache:
 class Program:
     """A graph's kernels bound to its tensors' views; re-bound when the plan moved them."""
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, bindings: Bindings | None = None) -> None:
         self.nodes = [n for n in graph.nodes if executes(n)]
         missing = {n.op.name for n in self.nodes if n.op is not None} - KERNELS.keys()
         if missing:
             raise NotImplementedError(f"numpy backend has no kernel for {sorted(missing)}")
         tensors = dict.fromkeys(t for n in self.nodes for t in (n, *n.srcs))
         self.tensors = list(tensors)
-        self.views = ViewCache()
+        self.views = ViewCache(bindings=bindings)
         self.bound_to: list[tuple[NumpyBuffer, int]] | None = None
         self.steps: list[tuple[Any, Any, list[Any], Any]] = []
 
     def run(self) -> None:
-        where = [placement(t) for t in self.tensors]
+        where = [self.views.placement(t) for t in self.tensors]
         if where != self.bound_to:
             self.steps = [self.step(n) for n in self.nodes]
             self.bound_to = where
@@ -164,11 +178,14 @@ class Program:
         )
 
 
-# ---- the backend ---------------------------------------------------------------------------
-class NumpyBackend:
-    def __init__(self, buffer_type: NumpyBufferType | None = None) -> None:
-        self.buffer_type = buffer_type or NumpyBufferType()
-        self._loose = ViewCache(limit=64)  # for set/get/array outside compute
+# ---- executors and the backend ---------------------------------------------------------------
+class NumpyExecutor:
+    """Runs planned graphs over one set of buffers (see base.Executor)."""
+
+    def __init__(self, backend: NumpyBackend, bindings: Bindings | None = None) -> None:
+        self.backend = backend
+        self.bindings = dict(bindings) if bindings is not None else None
+        self._loose = ViewCache(limit=64, bindings=self.bindings)  # set/get/array
         self._programs: weakref.WeakKeyDictionary[Graph, Program] = weakref.WeakKeyDictionary()
 
     @property
@@ -194,6 +211,50 @@ class NumpyBackend:
     def get(self, t: Tensor) -> np.ndarray:
         return self.array(t).copy()
 
+    def copy_slots(self, t: Tensor, n_slots: int, sources: Sequence[int], n_rows: int) -> None:
+        a = self.array(t).reshape(n_slots, -1, *t.shape[1:])
+        src = np.asarray(sources)
+        a[: len(src), :n_rows] = a[src, :n_rows]  # fancy indexing reads before it writes
+
+    def compute(self, graph: Graph) -> None:
+        program = self._programs.get(graph)
+        if program is None:
+            program = self._programs[graph] = self.backend.program(graph, self.bindings)
+        program.run()
+
+
+class NumpyBackend:
+    def __init__(self, buffer_type: NumpyBufferType | None = None) -> None:
+        self.buffer_type = buffer_type or NumpyBufferType()
+        self._own = NumpyExecutor(self)  # the backend as an executor over real buffers
+
+    def executor(self, bindings: Bindings | None = None) -> NumpyExecutor:
+        return NumpyExecutor(self, bindings)
+
+    def program(self, graph: Graph, bindings: Bindings | None = None) -> Program:
+        """How this backend runs `graph` (subclasses bind other kernels)."""
+        return Program(graph, bindings)
+
+    # the backend's own executor, for graphs planned into real buffers
+    @property
+    def views_made(self) -> int:
+        return self._own.views_made
+
+    def array(self, t: Tensor) -> np.ndarray:
+        return self._own.array(t)
+
+    def set(self, t: Tensor, value: Any) -> None:
+        self._own.set(t, value)
+
+    def get(self, t: Tensor) -> np.ndarray:
+        return self._own.get(t)
+
+    def copy_slots(self, t: Tensor, n_slots: int, sources: Sequence[int], n_rows: int) -> None:
+        self._own.copy_slots(t, n_slots, sources, n_rows)
+
+    def compute(self, graph: Graph) -> None:
+        self._own.compute(graph)
+
     def param(self, value: Any, name: str = "") -> Tensor:
         """A PARAM leaf over `value`'s bytes: no copy when value is a C-contiguous, aligned
         ndarray (it then aliases value), else one copy into an aligned buffer."""
@@ -210,13 +271,3 @@ class NumpyBackend:
         t = Tensor(tuple(shape), dt.dtype(dtype), name=name)
         t.place(self.buffer_type.alloc_buffer(t.nbytes), 0)
         return t
-
-    def compute(self, graph: Graph) -> None:
-        program = self._programs.get(graph)
-        if program is None:
-            program = self._programs[graph] = self.program(graph)
-        program.run()
-
-    def program(self, graph: Graph) -> Program:
-        """How this backend runs `graph` (subclasses bind other kernels)."""
-        return Program(graph)

@@ -1,19 +1,54 @@
-"""BLAS thread count per product: small products run on one thread.
+"""CPU thread pools in one place: how many threads, and one thread for small products.
+
+`configure(n)` sets the count every pool uses (OpenBLAS through threadpoolctl, PyTorch's
+intra-op pool, onnxruntime's sessions read `count()`); None means this process's cores.
 
 OpenBLAS wakes every worker thread for each call. For the decoder's one-row products
 that costs far more than the arithmetic, and when another process shares the cores the
 spinning threads make a 0.1 ms product take 16 ms (measured on this project's 2-core
-machine). Big products (the encoder's) still use every thread.
+machine). So `for_product` runs small products on one thread and big ones (the
+encoder's) on all of them.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 SMALL_PRODUCT = 2_000_000  # multiply-adds below which one thread is faster
 
 _state: dict[str, Any] = {}
+
+
+def cores() -> int:
+    """The CPUs this process may run on (its affinity mask, not the machine's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def count() -> int:
+    """Threads a pool should use: the configured count, else this process's cores."""
+    n = _state.get("threads")
+    return int(n) if n else cores()
+
+
+def configure(n: int | None) -> int:
+    """Use `n` threads (None: the cores) in every pool from now on; returns the count."""
+    _state["threads"] = n
+    want = count()
+    lib = _blas()
+    if lib is not None:
+        _state["default"] = want
+        if _state["current"] != want:
+            lib.set_num_threads(want)
+            _state["current"] = want
+    torch = sys.modules.get("torch")  # only if already imported: never pay its import here
+    if torch is not None:
+        torch.set_num_threads(want)
+    return want
 
 
 def _blas() -> Any:
@@ -27,7 +62,7 @@ def _blas() -> Any:
             libs = ThreadpoolController().select(user_api="blas").lib_controllers
             if libs:
                 _state["lib"] = libs[0]
-                _state["default"] = libs[0].num_threads
+                _state["default"] = min(libs[0].num_threads, count())
                 _state["current"] = libs[0].num_threads
         except Exception:  # noqa: BLE001 - thread control is an optimisation only
             _state["lib"] = None

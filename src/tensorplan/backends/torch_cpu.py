@@ -7,17 +7,20 @@ that tensor. Nodes PyTorch has no kernel for, or whose dtypes its kernel does no
 run their numpy kernel over the plain views. numpy stays the reference: tests compare
 the two backends node by node and end to end.
 
-Needs the optional dependency: pip install 'tensorplan[torch]' (the CPU build).
+Needs the optional dependency PyTorch, its CPU build: `TORCH_INSTALL` in backends/__init__.
 """
 
 from __future__ import annotations
 
+import threading
 import warnings
 from typing import Any
 
 import numpy as np
 
-from tensorplan.backends.numpy_cpu import NumpyBackend, NumpyBufferType, Program
+from tensorplan.backends import TORCH_INSTALL
+from tensorplan.backends import threads as pools
+from tensorplan.backends.numpy_cpu import Bindings, NumpyBackend, NumpyBufferType, Program
 from tensorplan.graph import Graph
 from tensorplan.tensor import Tensor
 
@@ -36,8 +39,8 @@ def _as_torch(arr: np.ndarray) -> Any:
 
 
 class TorchProgram(Program):
-    def __init__(self, graph: Graph, backend: TorchBackend) -> None:
-        super().__init__(graph)
+    def __init__(self, graph: Graph, backend: TorchBackend, bindings: Bindings | None) -> None:
+        super().__init__(graph, bindings)
         self.backend = backend
 
     def step(self, n: Tensor) -> tuple[Any, Any, list[Any], Any]:
@@ -55,7 +58,7 @@ class TorchProgram(Program):
             params["_stats"] = (torch.empty(rows), torch.empty(rows))
         if name == "qmatmul":
             params["_packed"] = self.backend.packed(n.srcs[1], srcs[1], srcs[2])
-        threads = _DEFAULT_THREADS if n.size >= PARALLEL_MIN else 1
+        threads = pools.count() if n.size >= PARALLEL_MIN else 1
         return _on_threads(kernel, threads), _as_torch(out), [_as_torch(s) for s in srcs], params
 
 
@@ -65,19 +68,17 @@ class TorchProgram(Program):
 # OpenBLAS), 12 us on one thread (measured; an add of 384 floats took 1.8 us either way).
 PARALLEL_MIN = 1 << 15
 
-_threads_now = [0]
-# PyTorch's own choice at import, before any node changed it: a backend made later must
-# not take the 1 a small node left set (a second model's encoder ran on one thread).
-_DEFAULT_THREADS = max(1, torch.get_num_threads()) if torch is not None else 1
+# PyTorch's OpenMP thread count is per OS thread, so is what this thread set last.
+_threads_now = threading.local()
 
 
 def _on_threads(kernel: Any, n: int) -> Any:
     """kernel, run with PyTorch's intra-op thread count set to n (0.2 us per change)."""
 
     def run(out: Any, srcs: Any, params: Any) -> None:
-        if _threads_now[0] != n:
+        if getattr(_threads_now, "n", 0) != n:
             torch.set_num_threads(n)
-            _threads_now[0] = n
+            _threads_now.n = n
         kernel(out, srcs, params)
 
     return run
@@ -118,23 +119,24 @@ class TorchBackend(NumpyBackend):
         self, buffer_type: NumpyBufferType | None = None, min_matmul_rows: int = MIN_MATMUL_ROWS
     ) -> None:
         if torch is None:
-            raise ImportError(
-                "the torch backend needs PyTorch: pip install 'tensorplan[torch]'"
-            )
+            raise ImportError(f"the torch backend needs PyTorch's CPU build: {TORCH_INSTALL}")
         super().__init__(buffer_type)
         self.min_matmul_rows = min_matmul_rows
         # FBGEMM-packed int8 weights, shared by every graph: id(weight tensor) -> (the
         # tensor, kept so its id is not reused, and its packed form)
         self._packed: dict[int, tuple[Tensor, Any]] = {}
+        self._packing = threading.Lock()  # executors on several threads share the cache
 
-    def program(self, graph: Graph) -> Program:
-        return TorchProgram(graph, self)
+    def program(self, graph: Graph, bindings: Bindings | None = None) -> Program:
+        return TorchProgram(graph, self, bindings)
 
     def packed(self, weight: Tensor, q: np.ndarray, scale: np.ndarray) -> Any:
         """The packed form of int8 weight `weight` (values q, per-row scales), made once
         per weight tensor: packing copies it into FBGEMM's blocked layout, so the weight
         must be a constant (a PARAM, as Whisper's are)."""
-        hit = self._packed.get(id(weight))
-        if hit is None:
-            hit = self._packed[id(weight)] = (weight, pack_int8(_as_torch(q), _as_torch(scale)))
+        with self._packing:
+            hit = self._packed.get(id(weight))
+            if hit is None:
+                hit = (weight, pack_int8(_as_torch(q), _as_torch(scale)))
+                self._packed[id(weight)] = hit
         return hit[1]

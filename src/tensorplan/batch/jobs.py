@@ -16,6 +16,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from tensorplan.errors import UserError
+from tensorplan.whisper.model_options import ModelOptions
 from tensorplan.whisper.options import TranscribeOptions
 from tensorplan.whisper.result import TranscriptionResult
 
@@ -108,29 +109,25 @@ def probe_seconds(path: Path) -> float:
 
 @dataclass(frozen=True, slots=True)
 class ModelSpec:
-    """What every worker loads: `load_model(name, plan=, strategy=, max_batch=)`."""
+    """What every worker loads: a model name or path and its ModelOptions (picklable, so
+    worker processes and Ray actors receive it as it is)."""
 
     name: str = "tiny.en"
-    plan: str = "joint"
-    strategy: str = "offline"
-    max_batch: int = 5
-    kv_dtype: str = "float32"
-    weights_dtype: str = "float32"
-    compute_type: str = "float32"
-    backend: str = "auto"
-    # None: tensorplan.whisper.api.load_model. Tests put a module-level fake here; it must
+    options: ModelOptions | None = None  # None: the defaults, for `name`
+    # None: tensorplan.whisper.api.load. Tests put a module-level fake here; it must
     # return an object with `transcribe(samples, options) -> TranscriptionResult`.
     loader: Callable[[ModelSpec], Any] | None = None
+
+    @classmethod
+    def of(cls, options: ModelOptions) -> ModelSpec:
+        return cls(options.model, options)
 
     def load(self) -> Any:
         if self.loader is not None:
             return self.loader(self)
-        from tensorplan.whisper.api import load_model
+        from tensorplan.whisper.api import load
 
-        return load_model(self.name, plan=self.plan, strategy=self.strategy,
-                          max_batch=self.max_batch, kv_dtype=self.kv_dtype,
-                          weights_dtype=self.weights_dtype, compute_type=self.compute_type,
-                          backend=self.backend)
+        return load((self.options or ModelOptions()).replace(model=self.name))
 
 
 @dataclass(frozen=True, slots=True)

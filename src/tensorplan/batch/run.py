@@ -8,6 +8,7 @@ manifest records as done and verified, and redoes the rest.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from collections import deque
@@ -32,7 +33,7 @@ from tensorplan.batch.jobs import (
 )
 from tensorplan.batch.manifest import Manifest, locked, sha256_file
 from tensorplan.whisper.options import TranscribeOptions, to_argv
-from tensorplan.whisper.writers import write_outputs
+from tensorplan.whisper.writers import SubtitleOptions, write_outputs
 
 SAVE_INTERVAL = 1.0  # seconds: the manifest is rewritten at most this often while files finish
 
@@ -103,7 +104,7 @@ class Report:
 
 def run_batch(inputs: Sequence[Input], out_dir: Path, formats: Sequence[str], *,
               spec: ModelSpec, options: TranscribeOptions, make_pool: Callable[[int], Pool],
-              verbose: bool = True) -> Report:
+              verbose: bool = True, subtitles: SubtitleOptions | None = None) -> Report:
     """Transcribe every input not already done into out_dir; never raises for a bad file.
 
     `make_pool(n_files)` is called only when there is work, with the number of files to
@@ -112,7 +113,8 @@ def run_batch(inputs: Sequence[Input], out_dir: Path, formats: Sequence[str], *,
     """
     start = time.perf_counter()
     with locked(out_dir):
-        batch = _Batch(Manifest.load(out_dir), formats, _settings(spec, options), verbose)
+        batch = _Batch(Manifest.load(out_dir), formats, _settings(spec, options, subtitles),
+                       verbose, subtitles)
         try:
             jobs = batch.plan(inputs)
             if jobs:
@@ -125,9 +127,14 @@ def run_batch(inputs: Sequence[Input], out_dir: Path, formats: Sequence[str], *,
     return batch.report
 
 
-def _settings(spec: ModelSpec, options: TranscribeOptions) -> dict[str, Any]:
-    """What makes two runs' outputs comparable (plan modes and strategies give the same)."""
-    return {"model": spec.name, "options": to_argv(options)}
+def _settings(spec: ModelSpec, options: TranscribeOptions,
+              subtitles: SubtitleOptions | None = None) -> dict[str, Any]:
+    """What makes two runs' outputs comparable (plan modes and strategies give the same).
+    Subtitle options appear only when set, so earlier manifests still match."""
+    settings: dict[str, Any] = {"model": spec.name, "options": to_argv(options)}
+    if subtitles is not None and subtitles != SubtitleOptions():
+        settings["subtitles"] = dataclasses.asdict(subtitles)
+    return settings
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,8 +145,9 @@ class _Job:
 
 class _Batch:
     def __init__(self, manifest: Manifest, formats: Sequence[str], settings: dict[str, Any],
-                 verbose: bool) -> None:
+                 verbose: bool, subtitles: SubtitleOptions | None = None) -> None:
         self.manifest = manifest
+        self.subtitles = subtitles
         self.formats = tuple(formats)
         self.settings = settings
         self.verbose = verbose
@@ -189,7 +197,8 @@ class _Batch:
         retry = None
         if isinstance(outcome, Done):
             written = write_outputs(outcome.result, job.input.path,
-                                    output_dir(self.manifest.out_dir, task.key), self.formats)
+                                    output_dir(self.manifest.out_dir, task.key), self.formats,
+                                    self.subtitles)
             root = self.manifest.out_dir
             entry.outputs = {p.relative_to(root).as_posix(): sha256_file(p) for p in written}
             entry.status, entry.error = "done", None

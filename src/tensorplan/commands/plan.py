@@ -9,23 +9,31 @@ from __future__ import annotations
 
 import argparse
 import gc
+import io
 import os
-import tempfile
+import secrets
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tensorplan.alloc import STRATEGIES
 from tensorplan.errors import UserError
 from tensorplan.pipeline import PLAN_MODES
+from tensorplan.whisper.model_options import (
+    DEFAULT_MAX_BATCH,
+    add_model_arguments,
+    model_options_from_args,
+)
 
 if TYPE_CHECKING:  # the model stack is imported when the command runs, not at CLI start
-    from tensorplan.whisper.graphs import Dims
     from tensorplan.whisper.memory import ArenaLayout, MemoryReport, ReferenceRow
+    from tensorplan.whisper.weights import ModelDims as Dims
 
 MB = 1_000_000
 COLORS = {"conv": "tab:blue", "encoder": "tab:orange", "cross": "tab:green",
           "decoder": "tab:red"}
+KV_CROSS = "tab:purple"
+OUTSIDE_COLORS = {"kv self": "tab:brown", "kv cross copies": KV_CROSS,
+                  "handoff copies": "tab:gray"}
 
 
 def register(sub: Any) -> None:
@@ -34,29 +42,19 @@ def register(sub: Any) -> None:
         description="Load a model in each plan mode and print, per compute buffer, the "
         "planned bytes, the lower bound and their ratio, then the KV caches, handoff "
         "copies and weights, and whisper.cpp's buffers for the same model (MB = 1e6 B).")
-    p.add_argument("--model", default="tiny.en",
-                   help="tiny.en (bundled), base, small, or a CTranslate2 model directory")
     p.add_argument("--plan", choices=(*PLAN_MODES, "all"), default="all",
                    help="plan mode to report (default: all, to compare them)")
-    p.add_argument("--strategy", choices=STRATEGIES, default="offline",
-                   help="memory planning strategy (default offline)")
-    p.add_argument("--max-batch", type=int, default=5, metavar="N",
-                   help="most sequences decoded together (beams, best-of): sizes the KV cache "
-                        "(default 5)")
-    p.add_argument("--kv-dtype", choices=("float32", "float16"), default="float32",
-                   help="KV cache precision (default float32)")
-    p.add_argument("--weights-dtype", choices=("float32", "float16"), default="float32",
-                   help="weight precision held in memory (default float32)")
     p.add_argument("--png", type=Path, default=None, metavar="FILE",
                    help="draw every planned tensor (step x offset) to a PNG (needs matplotlib)")
+    add_model_arguments(p.add_argument_group("model"), p.add_argument_group("memory planning"),
+                        exclude=("plan",))
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from tensorplan.whisper.memory import whisper_cpp_reference
 
-    if args.max_batch < 1:
-        raise UserError(f"--max-batch must be at least 1, got {args.max_batch}")
+    args.max_batch = args.max_batch or DEFAULT_MAX_BATCH
     if args.png is not None:  # fail before the work, not after
         _pyplot()
         if not args.png.resolve().parent.is_dir():
@@ -82,14 +80,12 @@ def run(args: argparse.Namespace) -> int:
 def measure(args: argparse.Namespace) -> tuple[list[MemoryReport], list[ArenaLayout], Dims]:
     """Load the model once per plan mode asked for (one at a time) and measure it; the
     layouts only when a chart was asked for."""
-    from tensorplan.whisper.api import load_model
+    from tensorplan.whisper.api import load
     from tensorplan.whisper.memory import arena_layout, memory_report
 
     reports, layouts = [], []
     for mode in PLAN_MODES if args.plan == "all" else (args.plan,):
-        model = load_model(args.model, plan=mode, strategy=args.strategy,
-                           max_batch=args.max_batch, kv_dtype=args.kv_dtype,
-                           weights_dtype=args.weights_dtype)
+        model = load(model_options_from_args(args, plan=mode))
         reports.append(memory_report(model))
         if args.png is not None:
             layouts.append(arena_layout(model))
@@ -159,22 +155,27 @@ def _pyplot() -> Any:
 
 
 def write_png(path: Path, layouts: Sequence[ArenaLayout], title: str) -> None:
-    """One panel per plan mode, one rectangle per planned tensor; written atomically."""
+    """One panel per plan mode: a rectangle per planned tensor, and above the buffers a band
+    per allocation beside them (the KV self cache, copies), so each panel adds up to the
+    table's total. Written atomically, mode 0666 less the umask like every other output."""
     plt = _pyplot()
     from matplotlib.artist import Artist
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    height = 3.6 * len(layouts) + 0.8  # inches: a panel per mode, a header for title and legend
+    height = 3.8 * len(layouts) + 0.8  # inches: a panel per mode, a header for title and legend
     fig, axes = plt.subplots(len(layouts), 1, figsize=(13, height), sharey=True, squeeze=False)
     for ax, layout in zip(axes[:, 0], layouts, strict=True):
         _draw(ax, layout)
-    top = max(s.buffer_bytes for layout in layouts for s in layout.spans) / MB
-    axes[0, 0].set_ylim(0, top * 1.08)  # shared: the same MB scale in every panel
+    top = max(_buffers_top(layout) + sum(n for _, n in layout.outside) for layout in layouts)
+    axes[0, 0].set_ylim(0, top / MB * 1.04)  # shared: the same MB scale in every panel
     fig.suptitle(f"{title}: every planned tensor, from its first to its last step",
                  y=1 - 0.08 / height, va="top")
     handles: list[Artist] = [Patch(color=c, label=g) for g, c in COLORS.items()]
-    handles += [Line2D([], [], color="black", lw=1.5, label="lower bound"),
+    handles += [Patch(color=KV_CROSS, label="kv cross (planned OUTPUT)"),
+                Patch(facecolor="white", edgecolor="black", hatch="//",
+                      label="held beside the buffers"),
+                Line2D([], [], color="black", lw=1.5, label="lower bound"),
                 Line2D([], [], color="black", lw=1, ls=":", label="buffer size")]
     fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 1 - 0.38 / height),
                ncol=len(handles), fontsize=8, frameon=False)
@@ -188,15 +189,23 @@ def write_png(path: Path, layouts: Sequence[ArenaLayout], title: str) -> None:
 
 
 def _save_atomically(fig: Any, path: Path) -> None:
-    """Write to a temporary file beside `path`, then rename: never a half-written PNG."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    """Write a temporary file beside `path`, then rename: never a half-written PNG. Created
+    0o666 & ~umask as open() would (mkstemp's 0600 left a chart nobody else could read)."""
+    data = io.BytesIO()
+    fig.savefig(data, format="png", dpi=110)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format="png", dpi=110)
+            f.write(data.getbuffer())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
+
+
+def _buffers_top(layout: ArenaLayout) -> int:
+    return max(s.buffer_bytes for s in layout.spans)
 
 
 def _draw(ax: Any, layout: ArenaLayout) -> None:
@@ -204,8 +213,8 @@ def _draw(ax: Any, layout: ArenaLayout) -> None:
     from matplotlib.patches import Rectangle
 
     rects = [Rectangle((b.first, b.offset / MB), b.last - b.first + 1, b.size / MB,
-                       facecolor=COLORS.get(b.graph, "tab:gray"), edgecolor="black",
-                       linewidth=0.2, alpha=0.85) for b in layout.boxes]
+                       facecolor=KV_CROSS if b.kv_cross else COLORS.get(b.graph, "tab:gray"),
+                       edgecolor="black", linewidth=0.2, alpha=0.85) for b in layout.boxes]
     ax.add_collection(PatchCollection(rects, match_original=True))
     joint = layout.plan == "joint"
     for s in layout.spans:
@@ -214,12 +223,43 @@ def _draw(ax: Any, layout: ArenaLayout) -> None:
         ax.hlines(s.buffer_bytes / MB, x0, x1, colors="black", linewidth=1, linestyles=":")
         if not joint:
             ax.axvline(x0, color="gray", linewidth=0.5)
-        ax.text(x0 + 1, 0.97, s.graph, ha="left", va="top", fontsize=8,
-                transform=ax.get_xaxis_transform())
-    arena = (f"one arena {layout.spans[0].buffer_bytes / MB:.2f} MB" if joint else
-             " + ".join(f"{s.buffer_bytes / MB:.2f}" for s in layout.spans) + " MB buffers")
-    how = "one timeline" if joint else "one buffer per graph, side by side"
-    ax.set_title(f"plan {layout.plan} ({layout.strategy}): {arena}, {how}", fontsize=10)
-    ax.set_xlim(0, max(s.last + 1 for s in layout.spans))
+    end = max(s.last + 1 for s in layout.spans)
+    _draw_outside(ax, layout, end)
+    names = ax.secondary_xaxis("top")  # graph names above the panel, centred: never overlap
+    names.set_xticks([(s.first + s.last + 1) / 2 for s in layout.spans],
+                     [s.graph for s in layout.spans], fontsize=8)
+    names.tick_params(length=0)
+    ax.set_title(_panel_title(layout), fontsize=10)
+    ax.set_xlim(0, end)
     ax.set_xlabel("step (conv → encoder → cross → worst-case decoder)")
-    ax.set_ylabel("offset (MB)")
+    ax.set_ylabel("MB")
+
+
+def _draw_outside(ax: Any, layout: ArenaLayout, end: int) -> None:
+    """The allocations beside the planned buffers, stacked above them over the whole run."""
+    from matplotlib.patches import Rectangle
+
+    base = _buffers_top(layout) / MB
+    for name, n in layout.outside:
+        color = OUTSIDE_COLORS.get(name, "tab:gray")
+        ax.add_patch(Rectangle((0, base), end, n / MB, facecolor=color, alpha=0.3,
+                               edgecolor="black", linewidth=0.5, hatch="//"))
+        ax.text(end / 2, base + n / MB / 2, f"{name} {n / MB:.2f} MB: its own allocation",
+                ha="center", va="center", fontsize=8,
+                bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1.5})
+        base += n / MB
+
+
+def _panel_title(layout: ArenaLayout) -> str:
+    """The total the table prints, and what adds up to it."""
+    def buffer(s: Any) -> str:
+        cross = s.kv_cross_bytes
+        inside = f" ({(s.buffer_bytes - cross) / MB:.2f} + kv cross {cross / MB:.2f})"
+        return f"{s.buffer_bytes / MB:.2f}" + (inside if cross else "")
+
+    buffers = layout.buffers
+    what = "one arena " if layout.plan == "joint" else "buffers "
+    parts = [what + " + ".join(buffer(s) for s in buffers)]
+    parts += [f"{name} {n / MB:.2f}" for name, n in layout.outside]
+    return (f"plan {layout.plan} ({layout.strategy}): {layout.total_bytes / MB:.2f} MB besides "
+            f"the weights = " + " + ".join(parts))

@@ -15,18 +15,21 @@ from pathlib import Path
 from typing import Any
 
 from tensorplan.errors import UserError
-from tensorplan.pipeline import PLAN_MODES
 
 
 def register(sub: Any) -> None:
-    from tensorplan.backends import BACKENDS
-    from tensorplan.whisper.model import COMPUTE_TYPES
+    """The flags in the order `--help` lists them: everyday ones first, planner internals
+    last. Each group is one `add_argument_group` call below; reorder groups here."""
+    from tensorplan.commands import openai_flags
+    from tensorplan.whisper.model_options import add_model_arguments
     from tensorplan.whisper.options import TranscribeOptions, add_arguments
 
     p = sub.add_parser(
         "transcribe",
         help="transcribe audio files",
-        description="Transcribe audio files with Whisper on the planned runtime.",
+        usage="%(prog)s [options] AUDIO [AUDIO ...]",  # the full list is 40 lines
+        description="Transcribe audio files with Whisper on the planned runtime. Flags may "
+        "also be spelled as openai-whisper does (--output_dir, --verbose False).",
     )
     p.add_argument(
         "audio",
@@ -34,77 +37,74 @@ def register(sub: Any) -> None:
         help="audio files (any format ffmpeg reads) or directories (searched "
         "recursively for .wav .flac .mp3 .m4a .mp4 .ogg .opus .webm .mkv .aac)",
     )
-    p.add_argument(
-        "--model",
-        default="tiny.en",
-        help="tiny.en (bundled), base, small, or a CTranslate2 model directory",
-    )
-    p.add_argument(
+    everyday = p.add_argument_group("everyday")
+    everyday.add_argument(
         "--output-dir",
         "-o",
         type=Path,
         default=None,
         help="write output files here (default: none; '.' when --output-format is given)",
     )
-    p.add_argument(
+    everyday.add_argument(
         "--output-format",
         "-f",
         default=None,
         help="comma list of txt,vtt,srt,tsv,json or 'all' (default: all when "
         "--output-dir is given)",
     )
-    p.add_argument(
-        "--plan",
-        choices=PLAN_MODES,
-        default="joint",
-        help="how tensors handed between graphs stay alive (default: joint, the leanest measured)",
-    )
-    p.add_argument(
-        "--strategy",
-        choices=("offline", "ggml"),
-        default="offline",
-        help="memory planning strategy",
-    )
-    p.add_argument(
-        "--kv-dtype",
-        choices=("float32", "float16"),
-        default="float32",
-        help="KV cache precision (float16 halves the caches)",
-    )
-    p.add_argument(
-        "--weights-dtype",
-        choices=("float32", "float16"),
-        default="float32",
-        help="float16 keeps the encoder's weight matrices as stored (less memory, slower)",
-    )
-    p.add_argument(
-        "--compute-type",
-        choices=COMPUTE_TYPES,
-        default="float32",
-        help="int8: every projection matrix and the token embedding as int8 with per-row "
-        "scales, as faster-whisper's int8 (faster, near-identical text); float32 computes "
-        "as the reference",
-    )
-    p.add_argument(
-        "--backend",
-        choices=BACKENDS,
-        default="auto",
-        help="kernels: numpy (the reference), torch (PyTorch's CPU kernels over the same plan, "
-        "needs tensorplan[torch]); auto picks torch when it is installed",
-    )
-    p.add_argument(
+    everyday.add_argument(
         "--verbose",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="print each segment as it is decoded",
+        help="print each segment as it is decoded (--verbose False works too)",
     )
+    add_arguments(everyday, TranscribeOptions, group="everyday")
+    _add_subtitle_arguments(p.add_argument_group(
+        "subtitles", "srt and vtt lines from word timings, as openai-whisper's (each needs "
+        "--word-timestamps)"))
+    openai_flags.add_arguments(p.add_argument_group(
+        "openai-whisper compatibility", "accepted so that scripts for openai-whisper run"))
     _add_batch_arguments(
         p.add_argument_group(
             "many files", "resumable batches: a manifest in --output-dir records what is done"
         )
     )
-    add_arguments(p.add_argument_group("decoding"), TranscribeOptions)
+    add_arguments(p.add_argument_group("decoding"), TranscribeOptions, group="decoding")
+    planning = p.add_argument_group(
+        "memory planning", "how the model's tensors are laid out in memory and computed")
+    add_model_arguments(everyday, planning)
     p.set_defaults(func=run)
+
+
+def _add_subtitle_arguments(group: Any) -> None:
+    group.add_argument("--highlight-words", action=argparse.BooleanOptionalAction,
+                       default=False, help="underline each word while it is spoken")
+    group.add_argument("--max-line-width", type=_positive_int, default=None, metavar="N",
+                       help="the most characters in a line before it breaks")
+    group.add_argument("--max-line-count", type=_positive_int, default=None, metavar="N",
+                       help="the most lines in a subtitle (needs --max-line-width)")
+    group.add_argument("--max-words-per-line", type=_positive_int, default=None, metavar="N",
+                       help="the most words in a subtitle (no effect with --max-line-width)")
+
+
+def subtitle_options(args: argparse.Namespace) -> Any:
+    """The writers' SubtitleOptions, checked as openai-whisper's CLI checks them: an error
+    without --word-timestamps, a warning for a flag that has no effect."""
+    from tensorplan.whisper.writers import SubtitleOptions
+
+    names = ("highlight_words", "max_line_width", "max_line_count", "max_words_per_line")
+    values = {name: getattr(args, name) for name in names}
+    flag = next((n for n in names if values[n]), None)
+    if flag is not None and not args.word_timestamps:
+        raise UserError(f"--{flag.replace('_', '-')} requires --word-timestamps")
+    unused = []
+    if values["max_line_count"] and not values["max_line_width"]:
+        unused.append("--max-line-count has no effect without --max-line-width")
+    if values["max_words_per_line"] and values["max_line_width"]:
+        unused.append("--max-words-per-line has no effect with --max-line-width")
+    for message in unused:
+        print(f"tensorplan: warning: {message}", file=sys.stderr)
+    return SubtitleOptions(**values)
 
 
 def _add_batch_arguments(group: Any) -> None:
@@ -145,13 +145,16 @@ def _positive_int(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tensorplan.whisper.api import load_model
+    from tensorplan.commands import openai_flags
+    from tensorplan.whisper.api import load
     from tensorplan.whisper.options import TranscribeOptions, from_args
     from tensorplan.whisper.writers import ensure_output_dir, parse_formats, write_outputs
 
+    openai_flags.apply(args)
     options = from_args(TranscribeOptions, args)
+    subtitles = subtitle_options(args)
     if _is_batch(args):
-        return run_batch_command(args, options)
+        return run_batch_command(args, options, subtitles)
     formats: tuple[str, ...] = ()
     out_dir = args.output_dir
     if args.output_format is not None or out_dir is not None:
@@ -160,16 +163,7 @@ def run(args: argparse.Namespace) -> int:
     paths = [Path(a) for a in args.audio]
     if formats:  # a bad output directory fails now, not after the whole transcription
         ensure_output_dir(out_dir)
-    model = load_model(
-        args.model,
-        plan=args.plan,
-        strategy=args.strategy,
-        max_batch=max_batch(options),
-        kv_dtype=args.kv_dtype,
-        weights_dtype=args.weights_dtype,
-        compute_type=args.compute_type,
-        backend=args.backend,
-    )
+    model = load(model_options(args, options))
     failed = 0
     for path in paths:
         try:
@@ -185,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.verbose:
             print(result.text.strip())
         if formats:
-            write_outputs(result, path, out_dir, formats)
+            write_outputs(result, path, out_dir, formats, subtitles)
     return 2 if failed else 0
 
 
@@ -198,7 +192,7 @@ def _is_batch(args: argparse.Namespace) -> bool:
     )
 
 
-def run_batch_command(args: argparse.Namespace, options: Any) -> int:
+def run_batch_command(args: argparse.Namespace, options: Any, subtitles: Any = None) -> int:
     """Batch mode: every input to --output-dir through a pool; 2 if any file failed."""
     from tensorplan import batch
     from tensorplan.whisper.writers import parse_formats
@@ -207,16 +201,7 @@ def run_batch_command(args: argparse.Namespace, options: Any) -> int:
         raise UserError("--output-dir is needed with --workers, --ray or a directory of audio")
     formats = parse_formats(args.output_format or "all")
     inputs = batch.collect_inputs(args.audio)
-    spec = batch.ModelSpec(
-        args.model,
-        plan=args.plan,
-        strategy=args.strategy,
-        max_batch=max_batch(options),
-        kv_dtype=args.kv_dtype,
-        weights_dtype=args.weights_dtype,
-        compute_type=args.compute_type,
-        backend=args.backend,
-    )
+    spec = batch.ModelSpec.of(model_options(args, options))
 
     def make_pool(n_files: int) -> batch.Pool:
         if args.ray is not None:
@@ -243,6 +228,7 @@ def run_batch_command(args: argparse.Namespace, options: Any) -> int:
         options=options,
         make_pool=make_pool,
         verbose=args.verbose,
+        subtitles=subtitles,
     )
     print(f"tensorplan: {report.summary()}", file=sys.stderr)
     return report.exit_code
@@ -276,6 +262,15 @@ def _progress_bar(path: Path) -> Any:
             b.close()
 
     return progress
+
+
+def model_options(args: argparse.Namespace, options: Any) -> Any:
+    """The ModelOptions of the flags; the KV cache sized for the decoding options unless
+    --max-batch says otherwise."""
+    from tensorplan.whisper.model_options import model_options_from_args
+
+    opts = model_options_from_args(args)
+    return opts if opts.max_batch is not None else opts.replace(max_batch=max_batch(options))
 
 
 def max_batch(options: Any) -> int:

@@ -29,7 +29,6 @@ from tensorplan.serve.errors import ApiError, bad_request
 from tensorplan.serve.params import RequestParser, TranscriptionRequest
 from tensorplan.serve.pool import Cancelled, Job, Scheduler, SessionPool
 from tensorplan.serve.responses import render_response
-from tensorplan.serve.threads import ThreadBudget
 from tensorplan.serve.uploads import Form, read_form
 from tensorplan.whisper.result import Segment, TranscriptionResult
 
@@ -53,14 +52,13 @@ class ServerState:
 
     def _load(self) -> None:
         try:
-            budget = ThreadBudget(self.config.threads_per_session)
-            budget.configure_process()
             model = self.load()
-            pool = SessionPool(model, self.config.sessions, load_again=self.load)
-            self.scheduler = Scheduler(pool, self.config.max_queue, budget)
+            pool = SessionPool(model, self.config.sessions)
+            self.scheduler = Scheduler(pool, self.config.max_queue)
             self.model = model
-            log.warning("tensorplan serve: %s ready, %d session(s) x %d thread(s)",
-                        self.config.model, self.config.sessions, budget.per_session)
+            log.warning("tensorplan serve: %s ready, %d session(s) x %d thread(s), "
+                        "%.0f MiB each", self.config.model, self.config.sessions,
+                        self.config.threads_per_session, pool.session_bytes / 2**20)
         except Exception as e:  # noqa: BLE001 - reported by /ready, and the server stops
             self.error = f"{type(e).__name__}: {e}" if not isinstance(e, UserError) else str(e)
             log.error("tensorplan serve: cannot load the model: %s", self.error)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from tensorplan.whisper.options import TranscribeOptions
 
@@ -13,7 +12,6 @@ ALIASES = ("whisper-1",)  # OpenAI's model name, so unmodified clients work
 @dataclass(frozen=True)
 class ServeConfig:
     model: str = "tiny.en"
-    load_options: dict[str, Any] = field(default_factory=dict)  # load_model's keywords
     sessions: int = 1
     threads_per_session: int = 1
     api_key: str | None = field(default=None, repr=False)  # never printed

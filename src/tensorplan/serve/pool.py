@@ -14,11 +14,10 @@ import concurrent.futures
 import queue
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from tensorplan.serve.errors import ApiError
-from tensorplan.serve.threads import ThreadBudget
 
 
 class Cancelled(Exception):
@@ -26,15 +25,19 @@ class Cancelled(Exception):
 
 
 class SessionPool:
-    """N sessions of one model; `session()` lends one for the length of a job."""
+    """N sessions of one model; `session()` lends one, to one thread, for a job's length."""
 
-    def __init__(self, model: Any, n_sessions: int, load_again: Callable[[], Any]) -> None:
+    def __init__(self, model: Any, n_sessions: int) -> None:
         self.model = model
         self.size = n_sessions
         self._stack = ExitStack()
         self._free: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        for i in range(n_sessions):
-            self._free.put(self._stack.enter_context(_new_session(model, load_again, i == 0)))
+        for _ in range(n_sessions):  # each: its own arena, KV cache and decoding state
+            self._free.put(self._stack.enter_context(model.session()))
+
+    @property
+    def session_bytes(self) -> int:
+        return int(self.model.session_bytes)
 
     def close(self) -> None:
         self._stack.close()
@@ -46,14 +49,6 @@ class SessionPool:
             yield s
         finally:
             self._free.put(s)
-
-
-def _new_session(model: Any, load_again: Callable[[], Any], first: bool) -> Any:
-    """A session (a context manager): its own arena, KV cache and decoding state over the
-    shared weights. Until the session seam lands, a model of its own stands in for it."""
-    if hasattr(model, "session"):
-        return model.session()
-    return nullcontext(model if first else load_again())
 
 
 class Job:
@@ -71,18 +66,16 @@ class Job:
 
 
 class Scheduler:
-    def __init__(self, pool: SessionPool, max_queue: int, threads: ThreadBudget) -> None:
+    def __init__(self, pool: SessionPool, max_queue: int) -> None:
         self.pool = pool
         self.max_queue = max_queue
-        self.threads = threads
         self._lock = threading.Lock()
         self.queued = 0  # admitted, waiting for a session
         self.busy = 0  # running on a session
         self.done = 0
         self._jobs: set[Job] = set()
         self._executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=pool.size, thread_name_prefix="tensorplan-session",
-            initializer=threads.enter_worker)
+            max_workers=pool.size, thread_name_prefix="tensorplan-session")
 
     def stats(self) -> dict[str, int]:
         with self._lock:

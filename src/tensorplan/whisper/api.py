@@ -1,13 +1,19 @@
-"""The Python API: `load_model(name_or_path)` and `Whisper.transcribe(audio, ...)`.
+"""The Python API: `load_model(name, **options)`, `Whisper.transcribe(audio, ...)`, sessions.
 
-This facade sits above the model, the decoding loop and the audio front end, so none of
-those imports another to attach methods to it.
+A `Whisper` is one loaded model, immutable and safe to share across threads. Each
+transcription runs in a `Session`: the stream's own planned arena, KV caches and decoding
+state over the shared weights and plans (whisper.cpp's context/state split). Use
+`model.session()` for a stream of your own, or `model.transcribe(...)`, which borrows an
+idle session from a small pool (and makes one when all are busy).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -16,44 +22,65 @@ from tensorplan.backends import make_backend
 from tensorplan.errors import ModelError, UserError
 from tensorplan.whisper.formats import load_model_files
 from tensorplan.whisper.model import WhisperModel
+from tensorplan.whisper.model_options import DEFAULT_MAX_BATCH, ModelOptions
 from tensorplan.whisper.models import DEFAULT_MODEL
 from tensorplan.whisper.options import TranscribeOptions
 from tensorplan.whisper.result import TranscriptionResult
+from tensorplan.whisper.session import WhisperSession
 from tensorplan.whisper.timing import WordAligner
 from tensorplan.whisper.transcribe import ProgressCallback, SegmentCallback, transcribe
 from tensorplan.whisper.vad import SpeechOnly, VadOptions
+from tensorplan.whisper.weights import ModelDims as Dims
+
+Audio = str | os.PathLike[str] | np.ndarray
 
 
-class Whisper:
-    """A loaded model, planned and ready to transcribe."""
+class Session:
+    """One stream over a shared model: transcribe with it from one thread at a time.
 
-    def __init__(self, model: WhisperModel, name: str) -> None:
-        self.model = model
-        self.name = name
+    Holds `nbytes` of its own (arenas and KV caches); a run that raised leaves it dirty,
+    and the next run zeroes its memory first, so nothing of a failed or non-finite run
+    reaches the next one.
+    """
+
+    def __init__(self, whisper: Whisper) -> None:
+        self.whisper = whisper
+        self.state = WhisperSession(whisper.model)
+        self.dirty = False
+        self._busy = threading.Lock()
 
     @property
-    def dims(self) -> Any:
-        return self.model.dims
+    def nbytes(self) -> int:
+        return self.state.nbytes
 
-    @property
-    def is_multilingual(self) -> bool:
-        return self.model.is_multilingual
-
-    def transcribe(self, audio: str | os.PathLike[str] | np.ndarray,
-                   options: TranscribeOptions | None = None, *,
+    def transcribe(self, audio: Audio, options: TranscribeOptions | None = None, *,
                    on_segment: SegmentCallback | None = None,
                    progress: ProgressCallback | None = None,
                    vad_options: VadOptions | None = None,
                    **overrides: Any) -> TranscriptionResult:
-        """Transcribe a file path or 16 kHz mono float32 samples.
+        """Transcribe a file path or 16 kHz mono samples (see Whisper.transcribe)."""
+        if not self._busy.acquire(blocking=False):
+            raise RuntimeError("a Session runs one transcription at a time; "
+                               "use one session per thread")
+        try:
+            if self.dirty:
+                self.state.reset()
+                self.dirty = False
+            try:
+                return self._run(audio, options, on_segment, progress, vad_options, overrides)
+            except BaseException:
+                self.dirty = True
+                raise
+        finally:
+            self._busy.release()
 
-        `overrides` replace fields of `options` (e.g. `beam_size=5, language="en"`).
-        `vad_options` tunes the speech detection of `vad_filter=True`.
-        """
-        from tensorplan.whisper.audio import MelFrames, load_audio
+    def _run(self, audio: Audio, options: TranscribeOptions | None,
+             on_segment: SegmentCallback | None, progress: ProgressCallback | None,
+             vad_options: VadOptions | None, overrides: dict[str, Any]) -> TranscriptionResult:
+        from tensorplan.whisper.audio import MelFrames, as_samples, load_audio
 
         opts = dataclasses.replace(options or TranscribeOptions(), **overrides)
-        samples = load_audio(audio) if not isinstance(audio, np.ndarray) else audio
+        samples = as_samples(audio) if isinstance(audio, np.ndarray) else load_audio(audio)
         speech = None
         if opts.vad_filter:  # transcribe the speech only; its times are mapped back (vad.py)
             speech = SpeechOnly.find(samples, vad_options)
@@ -62,37 +89,133 @@ class Whisper:
             samples, on_segment = speech.samples, speech.restoring(on_segment)
         # windows made on demand (two passes: the normalization needs the global max), so
         # long audio never holds its whole spectrogram; equal to openai's padded mel
-        mel = MelFrames(samples, n_mels=self.model.dims.n_mels)
-        aligner = WordAligner(self.model, opts) if opts.word_timestamps else None
-        result = transcribe(self.model, mel, opts, on_segment=on_segment, progress=progress,
+        mel = MelFrames(samples, n_mels=self.whisper.dims.n_mels)
+        aligner = WordAligner(self.state, opts) if opts.word_timestamps else None
+        result = transcribe(self.state, mel, opts, on_segment=on_segment, progress=progress,
                             aligner=aligner)
         return speech.restore(result) if speech is not None else result
 
+    def close(self) -> None:
+        """Drop this session's memory (it is not used afterwards)."""
+        self.state.buffers.clear()
 
-def load_model(name_or_path: str | os.PathLike[str] = DEFAULT_MODEL, *, plan: str = "joint",
-               strategy: str = "offline", max_batch: int = 5, kv_dtype: str = "float32",
-               weights_dtype: str = "float32", compute_type: str = "float32",
-               backend: str = "auto") -> Whisper:
-    """Load a CTranslate2 Whisper model by name ("tiny.en", "base", "small") or directory.
+    def __enter__(self) -> Session:
+        return self
 
-    max_batch: the most sequences decoded together (beam size, best-of); sizes the KV cache.
-    kv_dtype / weights_dtype: "float16" halves the KV caches / keeps the encoder's weight
-    matrices as stored, for less memory at some speed.
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class SessionPool:
+    """Idle sessions of one model, lent to one caller at a time; at most `keep` idle."""
+
+    def __init__(self, whisper: Whisper, keep: int) -> None:
+        self.whisper, self.keep = whisper, keep
+        self._idle: list[Session] = []
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def borrow(self) -> Iterator[Session]:
+        with self._lock:
+            session = self._idle.pop() if self._idle else None
+        session = session or Session(self.whisper)
+        try:
+            yield session
+        finally:
+            with self._lock:
+                if len(self._idle) < self.keep:
+                    self._idle.append(session)
+
+    @property
+    def idle(self) -> int:
+        return len(self._idle)
+
+
+class Whisper:
+    """A loaded model, planned and ready to transcribe; shared freely across threads."""
+
+    def __init__(self, model: WhisperModel, name: str,
+                 options: ModelOptions | None = None) -> None:
+        self.model = model
+        self.name = name
+        self.options = options or ModelOptions(model=name)
+        self.pool = SessionPool(self, keep=max(1, os.cpu_count() or 1))
+
+    @property
+    def dims(self) -> Dims:
+        return self.model.dims
+
+    @property
+    def is_multilingual(self) -> bool:
+        return self.model.is_multilingual
+
+    @property
+    def session_bytes(self) -> int:
+        """Planned bytes one session holds (arenas and KV caches; weights are shared)."""
+        return self.model.session_bytes
+
+    def session(self) -> Session:
+        """A new stream of its own over this model's weights and plans."""
+        return Session(self)
+
+    def transcribe(self, audio: Audio, options: TranscribeOptions | None = None, *,
+                   on_segment: SegmentCallback | None = None,
+                   progress: ProgressCallback | None = None,
+                   vad_options: VadOptions | None = None,
+                   **overrides: Any) -> TranscriptionResult:
+        """Transcribe a file path or 16 kHz mono samples (float; integer PCM is scaled by
+        its dtype). `overrides` replace fields of `options` (e.g. `beam_size=5,
+        language="en"`); `vad_options` tunes the speech detection of `vad_filter=True`.
+        Safe to call from several threads at once: each call runs in its own session."""
+        with self.pool.borrow() as session:
+            return session.transcribe(audio, options, on_segment=on_segment,
+                                      progress=progress, vad_options=vad_options, **overrides)
+
+
+def load_model(name_or_path: str | os.PathLike[str] = DEFAULT_MODEL, *,
+               options: ModelOptions | None = None, **fields: Any) -> Whisper:
+    """Load a Whisper model by name ("tiny.en", "base", "small") or path (a CTranslate2
+    directory, an openai .pt, a whisper.cpp ggml .bin).
+
+    `fields` are ModelOptions fields (or pass `options=`):
     compute_type: "int8" keeps every projection matrix and the token embedding as int8
-    with per-row scales (a quarter of their bytes; the torch backend runs them with
-    FBGEMM), as faster-whisper's int8; "float32" (default) computes as the reference does.
-    backend: "numpy" (the reference), "torch" (PyTorch's CPU kernels over the same plan,
-    faster; needs tensorplan[torch]) or "auto" (torch when installed).
+      with per-row scales (faster-whisper's int8); "float32" computes as the reference.
+    backend: "numpy" (the reference), "torch" (PyTorch's CPU kernels over the same plan)
+      or "auto" (torch when installed).
+    threads: CPU threads for every pool (None: this machine's cores).
+    plan / strategy: how memory is planned ("joint" / "offline" by default).
+    max_batch: the most sequences decoded together (beam size, best-of); sizes the KV
+      cache (None: 5).
+    kv_dtype / weights_dtype: "float16" halves the KV caches / keeps the encoder's weight
+      matrices as stored, for less memory at some speed.
+    Raises UserError (a bad name, file or option) and ModelError (a broken model).
     """
     try:
-        runner = make_backend(backend)
+        opts = dataclasses.replace(options or ModelOptions(), model=os.fspath(name_or_path),
+                                   **fields)
+    except (TypeError, ValueError) as e:
+        raise UserError(f"load_model: {e}") from None
+    return load(opts)
+
+
+def load(opts: ModelOptions) -> Whisper:
+    """The model `opts` describes, loaded and planned."""
+    from tensorplan.backends import threads
+
+    if opts.device != "cpu":
+        raise UserError(f"--device {opts.device}: this build runs on the CPU only "
+                        "(use --device cpu)")
+    threads.configure(opts.threads)
+    try:
+        runner = make_backend(opts.backend)
     except (ImportError, ValueError) as e:  # torch missing, or no such backend
-        raise UserError(f"backend {backend!r}: {e}") from None
-    weights, tokenizer = load_model_files(name_or_path)  # CT2 dir, openai .pt or ggml .bin
+        raise UserError(f"backend {opts.backend!r}: {e}") from None
+    weights, tokenizer = load_model_files(opts.model)  # CT2 dir, openai .pt or ggml .bin
     if len(tokenizer.vocab) != weights.dims.n_vocab:
-        raise ModelError(f"{name_or_path}: the tokenizer has {len(tokenizer.vocab)} tokens but "
+        raise ModelError(f"{opts.model}: the tokenizer has {len(tokenizer.vocab)} tokens but "
                          f"the model's vocabulary has {weights.dims.n_vocab}")
-    model = WhisperModel(weights, tokenizer, weights.config, plan=plan, strategy=strategy,
-                         max_batch=max_batch, kv_dtype=kv_dtype, weights_dtype=weights_dtype,
-                         compute_type=compute_type, backend=runner)
-    return Whisper(model, os.fspath(name_or_path))
+    model = WhisperModel(weights, tokenizer, weights.config, backend=runner, plan=opts.plan,
+                         strategy=opts.strategy, max_batch=opts.max_batch or DEFAULT_MAX_BATCH,
+                         kv_dtype=opts.kv_dtype, weights_dtype=opts.weights_dtype,
+                         compute_type=opts.compute_type)
+    return Whisper(model, opts.model, opts)

@@ -57,6 +57,28 @@ MIN_SOURCE_RATE = 1000  # Hz; below this a tiny header would expand into hours a
 # --- decoding --------------------------------------------------------------------------------
 
 
+def as_samples(array: np.ndarray) -> np.ndarray:
+    """Samples given as an array -> mono float32 in [-1, 1]: float arrays as they are,
+    integer PCM scaled by its dtype (int16 / 32768, int32 / 2**31, uint8 (x - 128) / 128).
+    Raises ValueError for other dtypes, a shape that is not (n,), or a NaN/Inf sample
+    (named by its index: one would poison every window after it)."""
+    a = np.asarray(array)
+    if a.ndim != 1:
+        raise ValueError(f"audio samples must have shape (n,), got {a.shape}")
+    if a.dtype.kind == "f":
+        out = a.astype(np.float32, copy=False)
+    elif a.dtype in (np.int16, np.int32):
+        out = a.astype(np.float32) / np.float32(-np.iinfo(a.dtype).min)
+    elif a.dtype == np.uint8:
+        out = (a.astype(np.float32) - 128) / np.float32(128)
+    else:
+        raise ValueError(f"audio samples must be float, int16, int32 or uint8, not {a.dtype}")
+    bad = np.flatnonzero(~np.isfinite(out))
+    if bad.size:
+        raise ValueError(f"audio sample {bad[0]} is {out[bad[0]]} (not a finite number)")
+    return out
+
+
 def load_audio(source: str | os.PathLike[str] | bytes, sr: int = SAMPLE_RATE) -> np.ndarray:
     """Decode a file path, raw file bytes, or "-" (stdin, read whole) to mono float32
     samples at `sr` Hz.

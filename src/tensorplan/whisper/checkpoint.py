@@ -10,7 +10,8 @@ rebuilds every tensor as a read-only numpy view over the memory-mapped zip entry
 else in the pickle is refused, so a hostile file cannot run code. Problems are one-line
 `ModelError`s starting with the path.
 
-Writing uses `torch.save`, so torch (`pip install torch==2.13.0`) is needed only for that.
+Writing uses `torch.save`, so PyTorch (its CPU build: backends.TORCH_INSTALL) is needed
+only for that.
 Besides openai's two keys we store `alignment_heads`, encoded as openai-whisper encodes its
 `_ALIGNMENT_HEADS` (base85 of the gzipped (n_text_layer, n_text_head) bool mask), as a str;
 openai-whisper's `load_model` ignores the extra key.
@@ -219,8 +220,10 @@ def write_checkpoint(path: str | Path, dims: ModelDims, tensors: Mapping[str, np
     try:
         import torch
     except ImportError:
-        raise UserError("exporting an openai-whisper checkpoint needs torch: "
-                        "pip install torch==2.13.0") from None
+        from tensorplan.backends import TORCH_INSTALL
+
+        raise UserError("exporting an openai-whisper checkpoint needs PyTorch's CPU build: "
+                        f"{TORCH_INSTALL}") from None
     path = Path(path)
     state = collections.OrderedDict(
         (name, torch.from_numpy(np.array(array, order="C"))) for name, array in tensors.items())

@@ -1,6 +1,6 @@
 """Decode one 30-second window into tokens (reference/whisper.md §2.3-§2.6).
 
-The model has already encoded the window (`model.encode(mel)`); decoding only runs the
+The session has already encoded the window (`session.encode(mel)`); decoding only runs the
 text decoder through an `Inference` session. The loop is assembled from small strategies:
 LogitFilter (edit the logits before a token is chosen), TokenDecoder (greedy, sampling or
 beam search) and SequenceRanker (choose among the finished candidates).
@@ -49,7 +49,10 @@ class Inference(Protocol):
         ...
 
 
-class WhisperModel(Protocol):
+class DecodingSession(Protocol):
+    """One stream's view of a model (session.WhisperSession): it holds the window it
+    encoded last, which every inference it starts attends to."""
+
     dims: ModelDims
     tokenizer: Tokenizer
     config: WhisperConfig
@@ -95,7 +98,7 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
 # Language detection
 
 
-def detect_language(model: WhisperModel, tokenizer: Tokenizer
+def detect_language(model: DecodingSession, tokenizer: Tokenizer
                     ) -> tuple[str, dict[str, float] | None]:
     """The most probable language of the encoded window and every language's probability.
 
@@ -382,7 +385,7 @@ def _encode(tokenizer: Tokenizer, text: str | Sequence[int]) -> list[int]:
     return tokenizer.encode(" " + text.strip()) if isinstance(text, str) else list(text)
 
 
-def suppressed_tokens(model: WhisperModel, suppress_tokens: Sequence[int]) -> list[int]:
+def suppressed_tokens(model: DecodingSession, suppress_tokens: Sequence[int]) -> list[int]:
     """Token ids never sampled: the given ids (-1: the non-speech symbols) and the specials."""
     tokenizer = model.tokenizer
     ids = {t for t in suppress_tokens if t >= 0}
@@ -396,7 +399,7 @@ def suppressed_tokens(model: WhisperModel, suppress_tokens: Sequence[int]) -> li
 class DecodingTask:
     """One decoding of the encoded window with fixed options; `run()` once."""
 
-    def __init__(self, model: WhisperModel, options: DecodingOptions):
+    def __init__(self, model: DecodingSession, options: DecodingOptions):
         tokenizer = model.tokenizer
         self.tokenizer = tokenizer
         self.options = options
@@ -484,7 +487,7 @@ class DecodingTask:
         return logits[0, 0], logits[:, 1]
 
 
-def decode(model: WhisperModel, options: DecodingOptions | None = None,
+def decode(model: DecodingSession, options: DecodingOptions | None = None,
            **overrides: Any) -> DecodingResult:
     """Decode the window the model encoded last; `overrides` replace option fields.
 

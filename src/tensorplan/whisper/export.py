@@ -4,7 +4,7 @@ The source is anything `formats.load_model_files` reads (a model name, a CTransl
 directory, a .pt or a ggml .bin); tensors are renamed and split by `formats.openai_pieces`.
 
 - openai: every tensor keeps its stored dtype (tiny.en's are all float16, like openai's own
-  files), plus the alignment heads (see `checkpoint`). Needs torch.
+  files), plus the alignment heads (see `checkpoint`). Needs PyTorch (its CPU build is enough).
 - ggml: ftype f16, the mel filterbank (computed, as audio.mel_filters) and the text tokens'
   bytes; float32 sources are rounded to float16 for the ≥2-D weights.
 

@@ -24,12 +24,14 @@ from tensorplan.graph import Graph
 from tensorplan.pipeline import Pipeline, Stage, joint_graph
 from tensorplan.tensor import Flag, Tensor
 from tensorplan.whisper.api import Whisper
-from tensorplan.whisper.graphs import Dims
 from tensorplan.whisper.model import WhisperModel
+from tensorplan.whisper.weights import ModelDims as Dims
 
 MB = 1_000_000
 WINDOW_STAGES = ("conv", "encoder", "cross")  # run once per 30 s window (the decoder per token)
 COMPUTE, STAGE, KV, PERSISTENT = "compute", "stage", "kv", "persistent"  # Row.kind
+# a buffer a session binds only when it first needs it (word alignment), not in the total
+ON_DEMAND = "on demand"
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +77,12 @@ class MemoryReport:
 
     @property
     def total_lower_bound(self) -> int:
-        return sum(r.lower_bound for r in self.rows if r.bytes is not None)
+        return sum(r.lower_bound for r in self.rows if r.bytes is not None and r.kind != ON_DEMAND)
+
+    @property
+    def on_demand_bytes(self) -> int:
+        """Compute bytes bound only by a session's first word alignment."""
+        return sum(r.bytes or 0 for r in self.rows if r.kind == ON_DEMAND)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,19 +167,23 @@ def _compute_rows(pipe: Pipeline, groups: dict[str, list[_Measured]],
         shared = f"{len(group)} graphs share it, worst {_worst(group).stage.name}"
         note = shared if len(group) > 1 else ""
         bound = max(m.bound - m.held for m in group)
-        if joint is not None:
+        if joint is not None and pipe.on_timeline(group[0].stage):
             rows.append(Row(key, STAGE, None, bound,
                             "; ".join(filter(None, ["planned in the joint arena", note]))))
         else:
             held = sum(m.held for m in group)
-            rows.append(Row(key, COMPUTE, buffers[key] - held, bound,
+            kind = COMPUTE if group[0].stage.joint else ON_DEMAND
+            if kind == ON_DEMAND:
+                note = "; ".join(filter(None, [note, "word timestamps only, bound on first use"]))
+            rows.append(Row(key, kind, buffers[key] - held, bound,
                             "; ".join(filter(None, [note, _excluded(buffers[key], held)]))))
     if joint is not None:
-        graph = joint_graph([s.graph for s in pipe.stages.values()])
+        timeline = _timeline(pipe)
+        graph = joint_graph([s.graph for s in timeline])
         held = _held(graph, joint, kv_cross)
         size = buffers["joint"]
         rows.append(Row("joint arena", COMPUTE, size - held, _bound(graph, joint) - held,
-                        "; ".join(filter(None, [f"{len(pipe.stages)} graphs on one timeline",
+                        "; ".join(filter(None, [f"{len(timeline)} graphs on one timeline",
                                                 _excluded(size, held)]))))
     return rows
 
@@ -182,8 +193,13 @@ def _excluded(size: int, held: int) -> str:
     return f"buffer {size / MB:.2f} less kv cross {held / MB:.2f} (own row)" if held else ""
 
 
+def _timeline(pipe: Pipeline) -> list[Stage]:
+    """The stages planned inside the joint arena, in order."""
+    return [s for s in pipe.stages.values() if pipe.on_timeline(s)]
+
+
 def _owner(pipe: Pipeline, stage: Stage) -> GraphAllocator:
-    owner = pipe.joint_allocator or stage.allocator
+    owner = stage.allocator or pipe.joint_allocator
     if owner is None or owner.plan is None:
         raise ValueError(f"stage {stage.name} is not planned yet (Pipeline.allocate)")
     return owner
@@ -298,6 +314,7 @@ class Box:
     last: int
     offset: int
     size: int
+    kv_cross: bool = False  # a cross-attention K/V kept as a planned OUTPUT tensor
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,6 +326,7 @@ class Span:
     last: int
     buffer_bytes: int
     lower_bound: int
+    kv_cross_bytes: int = 0  # of buffer_bytes: the cross K/V planned in it (the kv cross row)
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,6 +335,17 @@ class ArenaLayout:
     strategy: str
     boxes: tuple[Box, ...]
     spans: tuple[Span, ...]  # side by side; joint: one arena, the same size on every span
+    outside: tuple[tuple[str, int], ...] = ()  # (name, bytes) held beside the planned buffers
+
+    @property
+    def buffers(self) -> tuple[Span, ...]:
+        """One span per buffer (the joint arena appears on every span; count it once)."""
+        return self.spans[:1] if self.plan == "joint" else self.spans
+
+    @property
+    def total_bytes(self) -> int:
+        """The report's total_non_weight_bytes: the buffers drawn plus what is beside them."""
+        return sum(s.buffer_bytes for s in self.buffers) + sum(n for _, n in self.outside)
 
 
 def arena_layout(model: WhisperModel | Whisper) -> ArenaLayout:
@@ -325,16 +354,32 @@ def arena_layout(model: WhisperModel | Whisper) -> ArenaLayout:
     joint arena is one timeline with the other decoder graphs' steps left out."""
     m = model.model if isinstance(model, Whisper) else model
     pipe = m.pipeline
-    shown = [_worst(group) for group in _measure(pipe, []).values()]
+    kv_cross = _roots(t for pair in m.kv_cross for t in pair)
+    shown = [_worst(group) for group in _measure(pipe, kv_cross).values()
+             if group[0].stage.joint]  # word alignment: bound on demand, not drawn
     if pipe.joint_allocator is not None:
-        boxes, spans = _joint_boxes(pipe, [m.stage for m in shown])
+        boxes, spans = _joint_boxes(pipe, [s.stage for s in shown if pipe.on_timeline(s.stage)],
+                                    kv_cross)
     else:
-        boxes, spans = _separate_boxes(pipe, shown)
-    return ArenaLayout(pipe.mode, pipe.strategy, tuple(boxes), tuple(spans))
+        boxes, spans = _separate_boxes(pipe, shown, kv_cross)
+    return ArenaLayout(pipe.mode, pipe.strategy, tuple(boxes), tuple(spans),
+                       _outside(m, kv_cross))
 
 
-def _separate_boxes(pipe: Pipeline, shown: list[_Measured]) -> tuple[list[Box], list[Span]]:
+def _outside(m: WhisperModel, kv_cross: list[Tensor]) -> tuple[tuple[str, int], ...]:
+    """What the report counts that no planned buffer holds: the KV self cache always, the
+    cross K/V when they are persistent copies (dedicated), the other handoff copies."""
+    copies = [t for t in kv_cross if t.placed_by is None]
+    other = [t for t in _roots(m.pipeline.persistent) if t not in kv_cross]
+    held = (("kv self", _size(_roots(t for pair in m.kv_self for t in pair))),
+            ("kv cross copies", _size(copies)), ("handoff copies", _size(other)))
+    return tuple((name, n) for name, n in held if n)
+
+
+def _separate_boxes(pipe: Pipeline, shown: list[_Measured],
+                    kv_cross: list[Tensor]) -> tuple[list[Box], list[Span]]:
     boxes, spans, base = [], [], 0
+    cross = set(kv_cross)
     for m in shown:
         owner = _owner(pipe, m.stage)
         assert owner.plan is not None
@@ -342,30 +387,33 @@ def _separate_boxes(pipe: Pipeline, shown: list[_Measured]) -> tuple[list[Box], 
         live = live_steps(m.stage.graph)
         for t, p in owner.plan.placements.items():
             first, last = live[t]
-            boxes.append(Box(key, t.name, base + first, base + last, p.offset, p.size))
+            boxes.append(Box(key, t.name, base + first, base + last, p.offset, p.size,
+                             t in cross))
         n = len(m.stage.graph.nodes)
-        spans.append(Span(key, base, base + n, m.planned, m.bound))
+        spans.append(Span(key, base, base + n, m.planned, m.bound, m.held))
         base += n + 1
     return boxes, spans
 
 
-def _joint_boxes(pipe: Pipeline, shown: list[Stage]) -> tuple[list[Box], list[Span]]:
+def _joint_boxes(pipe: Pipeline, shown: list[Stage],
+                 kv_cross: list[Tensor]) -> tuple[list[Box], list[Span]]:
     owner = pipe.joint_allocator
     assert owner is not None and owner.plan is not None
-    graph = joint_graph([s.graph for s in pipe.stages.values()])
+    graph = joint_graph([s.graph for s in _timeline(pipe)])
+    held, cross = _held(graph, owner, kv_cross), set(kv_cross)
     kept: list[int] = [0]  # the joint steps shown, in order; x is an index into it
     spans: list[Span] = []
     group_of: dict[Tensor, str] = {}
     arena, bound = owner.plan.sizes[0], _bound(graph, owner)
     step = 0
-    for stage in pipe.stages.values():
+    for stage in _timeline(pipe):
         key = stage.group or stage.name
         for t in stage.graph.tensors():
             group_of.setdefault(t, key)
         n = len(stage.graph.nodes)
         if stage in shown:
             first = len(kept) if spans else 0  # the first graph also owns step 0, graph start
-            spans.append(Span(key, first, len(kept) + n - 1, arena, bound))
+            spans.append(Span(key, first, len(kept) + n - 1, arena, bound, held))
             kept += range(step + 1, step + n + 1)
         step += n
     live = live_steps(graph)
@@ -375,7 +423,7 @@ def _joint_boxes(pipe: Pipeline, shown: list[Stage]) -> tuple[list[Box], list[Sp
         x0 = bisect.bisect_left(kept, first)
         x1 = bisect.bisect_right(kept, last) - 1
         if x0 <= x1:
-            boxes.append(Box(group_of[t], t.name, x0, x1, p.offset, p.size))
+            boxes.append(Box(group_of[t], t.name, x0, x1, p.offset, p.size, t in cross))
     return boxes, spans
 
 

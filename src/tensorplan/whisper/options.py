@@ -35,7 +35,8 @@ APPEND_PUNCTUATIONS = "\"'.。,，!！?？:：”)]}、"
 
 
 def _opt(default: Any, help: str, **cli: Any) -> Any:
-    """A dataclass field with its CLI help text (and optional extra argparse keywords)."""
+    """A dataclass field with its CLI help text (and optional extra keys, such as the
+    `group` of its flag: "everyday" for those `transcribe --help` lists first)."""
     return field(default=default, metadata={"help": help, **cli})
 
 
@@ -44,12 +45,15 @@ class SearchOptions:
     """Fields shared by DecodingOptions and TranscribeOptions."""
 
     # task
-    task: Task = _opt("transcribe", "transcribe speech, or translate it to English")
-    language: str | None = _opt(None, "language code such as 'en'; None detects it")
+    task: Task = _opt("transcribe", "transcribe speech, or translate it to English",
+                      group="everyday")
+    language: str | None = _opt(None, "language code such as 'en'; None detects it",
+                                group="everyday")
     # search
     sample_len: int | None = _opt(None, "most tokens to sample per window (None: n_text_ctx/2)")
     best_of: int | None = _opt(5, "number of candidates when sampling at temperature > 0")
-    beam_size: int | None = _opt(5, "beams at temperature 0; None decodes greedily")
+    beam_size: int | None = _opt(5, "beams at temperature 0; None decodes greedily",
+                                 group="everyday")
     patience: float | None = _opt(None, "beam search patience factor (None: 1.0)")
     length_penalty: float | None = _opt(
         None, "ranking length penalty alpha in (5+len)/6)^alpha; None divides by the length")
@@ -101,7 +105,8 @@ class TranscribeOptions(SearchOptions):
 
     # temperature fallback
     temperature: tuple[float, ...] = _opt(
-        (0.0, 0.2, 0.4, 0.6, 0.8, 1.0), "comma-separated temperatures tried in turn")
+        (0.0, 0.2, 0.4, 0.6, 0.8, 1.0), "comma-separated temperatures tried in turn",
+        group="everyday")
     compression_ratio_threshold: float | None = _opt(
         2.4, "retry at a higher temperature when the gzip compression ratio is above this")
     logprob_threshold: float | None = _opt(
@@ -114,13 +119,14 @@ class TranscribeOptions(SearchOptions):
         True, "prompt each window with the text of the previous ones")
     prompt_reset_on_temperature: float = _opt(
         0.5, "stop conditioning on previous text after a window decoded above this temperature")
-    initial_prompt: str | None = _opt(None, "text that prompts the first window")
+    initial_prompt: str | None = _opt(None, "text that prompts the first window",
+                                      group="everyday")
     carry_initial_prompt: bool = _opt(
         False, "put --initial-prompt before the prompt of every window")
     clip_timestamps: tuple[float, ...] = _opt(
         (), "comma-separated start,end,start,end,... seconds to transcribe; empty: all")
     # word timestamps
-    word_timestamps: bool = _opt(False, "align each word with the audio")
+    word_timestamps: bool = _opt(False, "align each word with the audio", group="everyday")
     prepend_punctuations: str = _opt(
         PREPEND_PUNCTUATIONS, "with word timestamps: merge these symbols into the next word")
     append_punctuations: str = _opt(
@@ -153,7 +159,7 @@ class TranscribeOptions(SearchOptions):
 # ---------------------------------------------------------------------------------------------
 # CLI flags generated from the fields
 
-OptionsT = TypeVar("OptionsT", bound=SearchOptions)
+OptionsT = TypeVar("OptionsT")
 
 
 def flag_name(name: str) -> str:
@@ -161,8 +167,11 @@ def flag_name(name: str) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
-                  cls: type[SearchOptions], exclude: Sequence[str] = ()) -> None:
-    """Add one flag per field of `cls` (a dataclass) to `parser`.
+                  cls: type[Any], exclude: Sequence[str] = (),
+                  group: str | None = None, only: Sequence[str] | None = None) -> None:
+    """Add one flag per field of `cls` (a dataclass) to `parser`; with `group`, only the
+    fields whose metadata names that group ("decoding" when it names none); with `only`,
+    only the fields named.
 
     bool fields become `--x/--no-x`; `X | None` fields also accept "none"; tuples read a
     comma-separated list; Literal fields get choices. The parsed value lands in
@@ -170,7 +179,9 @@ def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
     """
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
-        if f.name in exclude:
+        if f.name in exclude or group not in (None, f.metadata.get("group", "decoding")):
+            continue
+        if only is not None and f.name not in only:
             continue
         shown = _format(f.default).replace("%", "%%") or '""'
         kwargs: dict[str, Any] = {"dest": f.name, "default": f.default,
@@ -190,7 +201,7 @@ def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
 def from_args(cls: type[OptionsT], args: argparse.Namespace) -> OptionsT:
     """Build `cls` from parsed flags; fields without a flag keep their default.
     Inconsistent flags raise UserError."""
-    names = [f.name for f in dataclasses.fields(cls)]
+    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
     values = {name: getattr(args, name) for name in names if hasattr(args, name)}
     try:
         return cls(**values)
@@ -198,7 +209,7 @@ def from_args(cls: type[OptionsT], args: argparse.Namespace) -> OptionsT:
         raise UserError(str(e)) from None
 
 
-def to_argv(options: SearchOptions) -> list[str]:
+def to_argv(options: Any) -> list[str]:
     """The flags that parse back to `options` (those that differ from the defaults)."""
     argv: list[str] = []
     for f in dataclasses.fields(options):

@@ -1,14 +1,17 @@
 """What a transcription produces: words, segments and the whole result, as frozen values.
 
 `to_dict()` gives openai-whisper's `transcribe()` dictionary, the shape its JSON writer dumps;
-`from_dict()` reads that shape back.
+`from_dict()` reads that shape back. A TranscriptionResult also reads as that dictionary
+(`result["text"]`, `result["segments"][0]["start"]`), so code written for openai's runs on it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+RESULT_KEYS = ("text", "segments", "language")  # openai's transcribe() dict, in its order
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +84,11 @@ class Segment:
 
 
 @dataclass(frozen=True, slots=True)
-class TranscriptionResult:
+class TranscriptionResult(Mapping[str, Any]):
+    """The whole transcript. Attributes hold frozen values (`result.segments` is a tuple of
+    Segment); keys give openai's plain values (`result["segments"]` is a list of dicts,
+    built anew on each lookup, so bind it once in a loop)."""
+
     text: str
     segments: tuple[Segment, ...]
     language: str
@@ -92,12 +99,21 @@ class TranscriptionResult:
         """Whether word timestamps were computed (openai checks the first segment)."""
         return bool(self.segments) and self.segments[0].words is not None
 
+    def __getitem__(self, key: str) -> Any:
+        if key == "segments":
+            return [s.to_dict() for s in self.segments]
+        if key in RESULT_KEYS:
+            return getattr(self, key)
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(RESULT_KEYS)
+
+    def __len__(self) -> int:
+        return len(RESULT_KEYS)
+
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "text": self.text,
-            "segments": [s.to_dict() for s in self.segments],
-            "language": self.language,
-        }
+        return {key: self[key] for key in RESULT_KEYS}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> TranscriptionResult:

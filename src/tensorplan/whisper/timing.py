@@ -29,7 +29,7 @@ from tensorplan.whisper.result import Segment, Word
 from tensorplan.whisper.transcribe import FRAMES_PER_SECOND, N_FRAMES, WindowSegments
 
 if TYPE_CHECKING:
-    from tensorplan.whisper.model import Alignment
+    from tensorplan.whisper.session import Alignment
     from tensorplan.whisper.tokenizer import Tokenizer
 
 TOKENS_PER_SECOND = 50  # encoder positions per second: one per 2 mel frames, 0.02 s each

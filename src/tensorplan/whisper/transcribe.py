@@ -24,7 +24,7 @@ from typing import Protocol
 import numpy as np
 
 from tensorplan.errors import UserError
-from tensorplan.whisper.decoding import DecodingResult, WhisperModel, decode, detect_language
+from tensorplan.whisper.decoding import DecodingResult, DecodingSession, decode, detect_language
 from tensorplan.whisper.options import TranscribeOptions
 from tensorplan.whisper.result import Segment, TranscriptionResult
 from tensorplan.whisper.tokenizer import to_language_code
@@ -35,7 +35,7 @@ N_FRAMES = 3000  # mel frames in one 30 s window
 FRAMES_PER_SECOND = SAMPLE_RATE // HOP_LENGTH  # 100 mel frames per second
 
 
-class MelFrames(Protocol):
+class WindowSource(Protocol):
     """Log-mel frames that are computed (or loaded) a window at a time."""
 
     @property
@@ -88,7 +88,7 @@ SegmentCallback = Callable[[Segment], None]
 ProgressCallback = Callable[[int, int], None]  # (frames done, frames in total)
 
 
-def transcribe(model: WhisperModel, mel: np.ndarray | MelFrames,
+def transcribe(model: DecodingSession, mel: np.ndarray | WindowSource,
                options: TranscribeOptions | None = None, *,
                on_segment: SegmentCallback | None = None,
                progress: ProgressCallback | None = None,
@@ -124,7 +124,7 @@ class PaddedMel:
 class SeekLoop:
     """The state of one transcription: seek position, emitted tokens and segments."""
 
-    def __init__(self, model: WhisperModel, frames: MelFrames, options: TranscribeOptions, *,
+    def __init__(self, model: DecodingSession, frames: WindowSource, options: TranscribeOptions, *,
                  aligner: Aligner | None = None, on_segment: SegmentCallback | None = None,
                  progress: ProgressCallback | None = None):
         if options.word_timestamps and aligner is None:

@@ -1,0 +1,204 @@
+"""One stream's state over a shared model: its arenas, KV caches and decoding position.
+
+A `WhisperSession` binds every template buffer of a `WhisperModel` (model.py) to zeroed
+memory of its own and runs the model's planned graphs through its own executor, so
+sessions on different threads never share a byte they write. It is what decoding.py and
+transcribe.py call a `DecodingSession`: `encode(mel)` holds one window, `inference(n)`
+decodes against it, `align(tokens, rows)` aligns words. A session is used by one thread at
+a time; `reset()` zeroes its memory after a failed or non-finite run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tensorplan.backends.base import Executor, bind_templates
+from tensorplan.whisper import graphs
+from tensorplan.whisper.model import HEAD_ROWS, PROMPT_BUCKETS, DecoderGraph, WhisperModel
+
+
+@dataclass(frozen=True, slots=True)
+class Alignment:
+    scores: np.ndarray  # (n_alignment_heads, N, A): QK^T * scale before the softmax
+    logits: np.ndarray  # (len(rows), V) for the requested rows
+
+
+class NonFiniteError(FloatingPointError):
+    """The model produced NaN or infinite values (bad weights or input); the session that
+    saw them must be reset before it is used again."""
+
+
+class WhisperSession:
+    def __init__(self, model: WhisperModel) -> None:
+        self.model = model
+        self.dims, self.tokenizer, self.config = model.dims, model.tokenizer, model.config
+        self.is_multilingual = model.is_multilingual
+        self.buffers = bind_templates(model.backend.buffer_type, model.session_buffers)
+        self.executor = model.backend.executor(self.buffers)
+        self._aligning: Executor | None = None  # made by the first word alignment
+
+    @property
+    def nbytes(self) -> int:
+        return sum(b.size for b in self.buffers.values())
+
+    def reset(self) -> None:
+        """Fresh zeroed memory for this session: nothing of an earlier run can leak into the
+        next (a NaN left in a KV row beyond the mask still poisons 0 * NaN)."""
+        self.buffers = bind_templates(self.model.backend.buffer_type, self.model.session_buffers)
+        self.executor = self.model.backend.executor(self.buffers)
+        self._aligning = None
+
+    def _align_executor(self) -> Executor:
+        """The executor of the alignment graphs: this session's buffers plus their own."""
+        if self._aligning is None:
+            own = bind_templates(self.model.backend.buffer_type, self.model.align_buffers)
+            self.buffers.update(own)
+            self._aligning = self.model.backend.executor(self.buffers)
+        return self._aligning
+
+    # ---- one window ---------------------------------------------------------------------
+    def encode(self, mel: np.ndarray) -> None:
+        """mel (n_mels, 3000) float32: run conv, encoder and cross for this window."""
+        ex, stages = self.executor, self.model.pipeline.stages
+        ex.set(self.model.mel, mel)
+        for name in ("conv", "encoder", "cross"):
+            ex.compute(stages[name].graph)
+
+    def encoder_output(self) -> np.ndarray:
+        return np.asarray(self.executor.get(self.model.encoded))
+
+    def inference(self, n_batch: int) -> KVInference:
+        return KVInference(self, n_batch)
+
+    # ---- decoder passes -----------------------------------------------------------------
+    def run_decoder(self, g: DecoderGraph, tokens: np.ndarray, positions: np.ndarray,
+                    batch_rows: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Feed tokens (B, N) at positions (B, N); batch_rows (B,) selects KV slots (the
+        mask follows the positions); rows: flat row ids for logits."""
+        self._feed(self.executor, g.inputs, g.n_tok, g.n_batch, tokens, positions, batch_rows)
+        flat = np.asarray(rows, dtype=np.int32)
+        pad = np.repeat(flat[-1:], g.n_rows - len(flat))
+        self.executor.set(g.inputs.logit_rows, np.concatenate([flat, pad]).astype(np.int32))
+        self.executor.compute(g.graph)
+        logits = np.asarray(self.executor.get(g.logits))[: len(flat)]
+        if not np.isfinite(logits).all():
+            raise NonFiniteError("the decoder produced non-finite logits")
+        return logits
+
+    def reorder_kv(self, source_rows: Sequence[int], n_ctx: int) -> None:
+        """Batch slot i takes slot source_rows[i]'s first n_ctx cache rows."""
+        for k, v in self.model.kv_self:
+            for cache in (k, v):
+                self.executor.copy_slots(cache, self.model.max_batch, source_rows, n_ctx)
+
+    def align(self, tokens: Sequence[int], rows: Sequence[int]) -> Alignment:
+        """Teacher-force `tokens` through the decoder over the encoded window; return the
+        alignment heads' cross-attention scores and the logits of `rows` (positions).
+        Overwrites batch slot 0 of the KV cache: call between decodings."""
+        n = len(tokens)
+        if not 0 < n <= self.dims.n_text_ctx:
+            raise ValueError(f"cannot align {n} tokens (1 to {self.dims.n_text_ctx})")
+        chunk, ex = PROMPT_BUCKETS[-1], self._align_executor()
+        scale = (self.dims.n_text_state // self.dims.n_text_head) ** -0.5
+        scores, logits = [], []
+        want = sorted(set(rows))
+        for start in range(0, n, chunk):  # the KV cache makes chunked passes exact
+            part = list(tokens[start : start + chunk])
+            g = self.model.aligners[next(b for b in PROMPT_BUCKETS if b >= len(part))]
+            pos = np.arange(start, start + len(part))[None, :]
+            self._feed(ex, g.inputs, g.n_tok, 1, np.asarray(part)[None, :], pos, np.array([0]))
+            ex.compute(g.graph)
+            scores.append(np.stack([np.asarray(ex.get(h))[: len(part)] for h in g.heads]))
+            local = [r - start for r in want if start <= r < start + len(part)]
+            for s in range(0, len(local), HEAD_ROWS):
+                ids = local[s : s + HEAD_ROWS]
+                ex.set(g.head_rows, np.array(ids + [ids[-1]] * (HEAD_ROWS - len(ids)), np.int32))
+                ex.compute(g.head_graph)
+                logits.append(np.asarray(ex.get(g.logits))[: len(ids)])
+        by_row = dict(zip(want, np.concatenate(logits) if logits else [], strict=True))
+        out = (np.stack([by_row[r] for r in rows]) if len(rows)
+               else np.zeros((0, self.dims.n_vocab), np.float32))
+        return Alignment(np.concatenate(scores, axis=1) * np.float32(scale), out)
+
+    def _feed(self, ex: Executor, inp: graphs.DecoderInputs, gn: int, gb: int,
+              tokens: np.ndarray, positions: np.ndarray, batch_rows: np.ndarray) -> None:
+        """Set a decoder graph's inputs for tokens (B, n) at positions (B, n), padded to the
+        graph's (gb, gn): padding repeats the last token at its own position (same K/V
+        bytes), spare batch rows compute into KV slots nobody reads."""
+        b, n = tokens.shape
+        tok = np.concatenate([tokens, np.repeat(tokens[:, -1:], gn - n, axis=1)], axis=1)
+        pos = np.concatenate([positions, np.repeat(positions[:, -1:], gn - n, axis=1)], axis=1)
+        if b < gb:
+            tok = np.concatenate([tok, np.repeat(tok[:1], gb - b, axis=0)])
+            pos = np.concatenate([pos, np.repeat(pos[:1], gb - b, axis=0)])
+            batch_rows = np.concatenate([batch_rows, np.arange(b, gb)])
+        t_ctx = self.dims.n_text_ctx
+        kv_rows = batch_rows[:, None] * t_ctx + pos
+        mask = np.where(np.arange(t_ctx)[None, None, :] <= pos[:, :, None], 0.0, -np.inf)
+        ex.set(inp.tokens, tok.reshape(-1).astype(np.int32))
+        ex.set(inp.positions, pos.reshape(-1).astype(np.int32))
+        ex.set(inp.kv_rows, kv_rows.reshape(-1).astype(np.int32))
+        ex.set(inp.mask, mask[:, None].astype(np.float32))
+
+
+class KVInference:
+    """decoding.Inference over a session: B sequences sharing the window's cross K/V."""
+
+    def __init__(self, session: WhisperSession, n_batch: int) -> None:
+        if n_batch > session.model.max_batch:
+            raise ValueError(f"batch {n_batch} exceeds the planned maximum "
+                             f"{session.model.max_batch}")
+        self.session, self.n_batch = session, n_batch
+        self.n_cached = 0
+
+    def logits(self, tokens: np.ndarray, positions: Sequence[int] | None = None) -> np.ndarray:
+        """tokens (B, n_ctx): whole sequences so far -> logits (B, len(positions), V)."""
+        tokens = np.asarray(tokens)
+        b, n_ctx = tokens.shape
+        if positions is None:
+            positions = [n_ctx - 1]
+        self.n_batch = b
+        new = tokens[:, self.n_cached :]
+        if new.shape[1] == 0:
+            raise ValueError("no new tokens to feed")
+        if any(p < self.n_cached for p in positions):
+            raise ValueError("logits requested for a position already in the KV cache")
+        first, n_new = self.n_cached, new.shape[1]
+        if b > 1 and first == 0 and (new == new[:1]).all():
+            # identical prompts (beams, best-of samples): feed one, then copy its cache
+            out = self._feed(new[:1], first, positions)
+            self.session.reorder_kv([0] * b, first + n_new)
+            self.n_cached = first + n_new
+            return np.repeat(out, b, axis=0)
+        out = self._feed(new, first, positions)
+        self.n_cached = first + n_new
+        return out
+
+    def _feed(self, new: np.ndarray, first: int, positions: Sequence[int]) -> np.ndarray:
+        s = self.session
+        b, n_new = new.shape
+        # batched prompts that differ are fed one token at a time
+        chunk = min(n_new, PROMPT_BUCKETS[-1]) if b == 1 else 1
+        outs = []
+        rel = [p - first for p in positions]
+        for i in range(0, n_new, chunk):
+            part = new[:, i : i + chunk]
+            g = s.model.decoder(b, part.shape[1], b * len(positions))
+            pos = np.broadcast_to(np.arange(first + i, first + i + part.shape[1]), part.shape)
+            want = [r - i for r in rel if i <= r < i + part.shape[1]]
+            flat = [bi * g.n_tok + r for bi in range(b) for r in want] or [0]
+            logits = s.run_decoder(g, part, pos, np.arange(b), np.asarray(flat))
+            if want:
+                outs.append(logits.reshape(b, len(want), -1))
+        return outs[0] if len(outs) == 1 else np.concatenate(outs, axis=1)
+
+    def rearrange_kv_cache(self, source_indices: Sequence[int]) -> None:
+        if list(source_indices) != list(range(len(source_indices))):
+            self.session.reorder_kv(source_indices, self.n_cached)
+        self.n_batch = len(source_indices)
+
+    def cleanup_caching(self) -> None:
+        self.n_cached = 0
