@@ -35,7 +35,7 @@ def register(sub: Any) -> None:
                         help=f"TCP port (default: {DEFAULT_PORT})")
     server.add_argument("--sessions", type=int, default=None, metavar="N",
                         help="transcriptions run at once, each a session of the one model "
-                        "(default: the cores; docs/serve.md has the measurements)")
+                        "(default: cores / 2, at least 1; docs/serve.md says why)")
     server.add_argument("--api-key", default=os.environ.get("TENSORPLAN_API_KEY"),
                         help="require 'Authorization: Bearer KEY' (default: "
                         "$TENSORPLAN_API_KEY; unset: no authentication)")
@@ -53,12 +53,12 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from tensorplan.serve.config import ServeConfig
     from tensorplan.serve.server import serve
-    from tensorplan.serve.threads import cores, per_session
+    from tensorplan.serve.threads import cores, default_sessions, per_session
     from tensorplan.whisper.api import load
     from tensorplan.whisper.model_options import model_options_from_args
     from tensorplan.whisper.options import TranscribeOptions, from_args
 
-    sessions = cores() if args.sessions is None else args.sessions
+    sessions = default_sessions(cores()) if args.sessions is None else args.sessions
     if sessions < 1 or args.max_queue < 0 or args.max_upload_mb <= 0:
         raise UserError("--sessions must be at least 1, --max-queue 0 or more, "
                         "--max-upload-mb positive")

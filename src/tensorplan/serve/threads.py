@@ -22,3 +22,11 @@ def cores() -> int:
 
 def per_session(n_sessions: int, n_cores: int | None = None) -> int:
     return max(1, (n_cores or cores()) // max(1, n_sessions))
+
+
+def default_sessions(n_cores: int) -> int:
+    """Sessions of two threads each. Measured on 2 cores (docs/serve.md): one session of two
+    threads served 4 concurrent clients as fast as or faster than two of one thread (the
+    decoders of two sessions in one process take turns holding the interpreter lock), while
+    a lone session on many cores leaves most of them idle in the decoder's small kernels."""
+    return max(1, n_cores // 2)
