@@ -1,7 +1,7 @@
 """`tensorplan serve` under load: throughput and latency for 1, 2, 4, 8 concurrent clients.
 
 For each compute type, one server process (`python -m tensorplan serve`) and, for jfk.wav
-(11 s) and a 60 s file (jfk.wav and a second of silence, tiled), each level of concurrency:
+(11 s) and a 60 s file (jfk.wav padded with silence to 30 s, twice), each level of concurrency:
 C clients each send R requests back to back. Reported per level: throughput (audio seconds
 per wall second), median and p95 latency, and the server's peak RSS (sampled from /health).
 The ceiling is one process transcribing the same file sequentially with the Python API (no
@@ -38,10 +38,13 @@ ENV = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('
 
 
 def tiled_wav(seconds: float) -> bytes:
-    """jfk.wav's samples then a second of silence, repeated, cut to `seconds`."""
+    """jfk.wav's samples padded with silence to 30 s (one window each), repeated, cut to
+    `seconds`. Speech back to back would repeat the same words within a window, whose text
+    then compresses so well that every window falls back through all six temperatures."""
     with wave.open(str(JFK)) as w:
         params, frames = w.getparams(), w.readframes(w.getnframes())
-    unit = frames + b"\0" * (params.sampwidth * params.nchannels * params.framerate)
+    window = params.sampwidth * params.nchannels * params.framerate * 30
+    unit = frames + b"\0" * (window - len(frames))
     want = int(seconds * params.framerate) * params.sampwidth * params.nchannels
     data = (unit * (want // len(unit) + 1))[:want]
     buf = io.BytesIO()
