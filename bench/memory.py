@@ -10,7 +10,11 @@ is a plan mode (dedicated, output, joint), plus joint with float16 KV caches and
      faster-whisper int8 246 MB and openai-whisper 537 MB; target: <= 180 MB;
   3. long audio: peak RSS for a 10-minute file (jfk.wav tiled with silence, synthesised
      here, never downloaded) against a 30 s file, greedy; target: within 10%. --hour adds
-     a 1-hour file.
+     a 1-hour file. --silences runs only a 1-hour FLAC of speech between 5-minute digital
+     silences against a 30 s one (target: within 15%), the streamed-decoding figure.
+
+  4. per session: what one more stream costs on a loaded model (planned bytes, and the RSS
+     a second session added), tiny.en and base, greedy and beam 5; --sessions runs only it.
 
     python bench/memory.py [--quick] [--repeats 3] [--long-repeats 1] [--plan joint] [--hour]
 
@@ -32,7 +36,7 @@ import sys
 import tempfile
 import time
 import wave
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +55,7 @@ SR = 16_000
 TARGET_NON_WEIGHT = 40 * MB  # tiny.en
 TARGET_RSS = 180 * MB
 TARGET_LONG = 0.10  # long-audio peak RSS within 10% of the 30 s file's
+TARGET_HOUR = 0.15  # the streamed 1-hour FLAC with long silences, within 15% of 30 s
 ANCHORS_RSS = (("whisper.cpp", 193), ("faster-whisper int8", 246), ("openai-whisper", 537))
 MODELS = ("tiny.en", "base", "small")
 FP16 = {"kv_dtype": "float16", "weights_dtype": "float16"}
@@ -175,6 +180,57 @@ def long_audio(plan: str, hour: bool, repeats: int) -> None:
                  f"target within {TARGET_LONG:.0%}"), rows))
 
 
+def long_silences(plan: str, repeats: int) -> None:
+    """A 1-hour FLAC of speech between long digital silences (jfk.wav, then 5 minutes of
+    zeros, over and over), synthesised here and never held whole: the file is streamed
+    (audio.StreamedAudio), so its peak RSS should stay within 15% of a 30 s file's."""
+    print(f"\n## 1 hour of speech and long silences, FLAC: peak RSS (tiny.en, plan {plan}, "
+          f"greedy, median of {repeats})")
+    with tempfile.TemporaryDirectory() as tmp:
+        jfk = _samples(JFK)
+        rows, base = [], 0
+        for seconds in (30, 3600):
+            path = Path(tmp) / f"silences_{seconds}s.flac"
+            write_flac(path, _speech_and_silence(jfk, seconds, gap_s=300.0))
+            run = median_rss(path, {"plan": plan}, repeats, GREEDY)
+            base = base or run.peak
+            grow = run.peak / base - 1
+            check = "baseline" if seconds == 30 else verdict(grow * 100, TARGET_HOUR * 100, "%")
+            rows.append((f"{seconds} s", f"{run.peak / MB:.1f}", f"{grow:+.1%}",
+                         f"{run.wall:.1f}", check))
+    print(table(("audio", "peak RSS MB", "vs 30 s", "wall s",
+                 f"target within {TARGET_HOUR:.0%}"), rows))
+
+
+def _speech_and_silence(speech: np.ndarray, seconds: int, gap_s: float
+                        ) -> Iterator[np.ndarray]:
+    """Pieces of `seconds` of audio: speech, gap_s of zeros, speech, ... (a minute at most
+    per piece, so the whole is never in memory)."""
+    left = seconds * SR
+    while left > 0:
+        for piece in (speech, *([np.zeros(60 * SR, np.float32)] * int(gap_s // 60))):
+            n = min(left, piece.size)
+            if n <= 0:
+                return
+            yield piece[:n]
+            left -= n
+
+
+def write_flac(path: Path, pieces: Any) -> None:
+    import av
+
+    with av.open(str(path), "w", format="flac") as out:
+        stream = out.add_stream("flac", rate=SR, layout="mono")
+        for piece in pieces:
+            pcm = (np.clip(piece, -1, 1) * 32767).astype("<i2")
+            frame = av.AudioFrame.from_ndarray(pcm[None, :], format="s16", layout="mono")
+            frame.sample_rate = SR
+            for packet in stream.encode(frame):
+                out.mux(packet)
+        for packet in stream.encode(None):
+            out.mux(packet)
+
+
 def tile(speech: np.ndarray, seconds: int, gap_s: float = 4.0) -> np.ndarray:
     """`seconds` of audio: speech, gap_s of silence, speech, ... cut to length."""
     unit = np.concatenate([speech, np.zeros(int(gap_s * SR), np.float32)])
@@ -213,6 +269,55 @@ def child(job: str, audio: str) -> int:
     return 0
 
 
+WHISPER_CPP_STATE_TINY_EN = 145.68  # MB of non-weight buffers per whisper_state, 1.8.5
+SESSION_RUNS = (("greedy", {"beam_size": None, "temperature": (0.0,)}, 1),
+                ("beam 5", {"beam_size": 5}, 5))
+
+
+def session_child(model_name: str, run: str) -> int:
+    """The measured process for one session: load, warm one session up on jfk.wav, then
+    make a second and transcribe with it; print its planned bytes and the RSS it added."""
+    from tensorplan.whisper.api import load_model
+
+    decode, max_batch = next((d, b) for name, d, b in SESSION_RUNS if name == run)
+    model = load_model(model_name, backend="numpy", max_batch=max_batch)
+    model.session().transcribe(JFK, **decode)
+    gc.collect()
+    before = _rss()
+    second = model.session()
+    second.transcribe(JFK, **decode)
+    gc.collect()
+    print(json.dumps({"planned": model.session_bytes, "rss_delta": _rss() - before,
+                      "weights": sum(t.nbytes for t in model.model.param.tensors.values())}))
+    return 0
+
+
+def _rss() -> int:
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def per_session(models: Sequence[str]) -> None:
+    """Part 4: what one more stream costs: a session's planned bytes and the RSS a second
+    session added (each model and decoding in a fresh process), beside whisper.cpp's
+    per-state buffers."""
+    rows = []
+    for name in models:
+        for run, _, max_batch in SESSION_RUNS:
+            proc = subprocess.run([sys.executable, __file__, "--session-child", name, run],
+                                  capture_output=True, text=True)
+            if proc.returncode != 0:
+                rows.append([name, run, "-", "-", "-", proc.stderr.strip().splitlines()[-1]])
+                continue
+            got = json.loads(proc.stdout.strip().splitlines()[-1])
+            rows.append([name, run, str(max_batch), f"{got['planned'] / MB:.2f}",
+                         f"{got['rss_delta'] / MB:.2f}", f"{got['weights'] / MB:.1f}"])
+    print("\n## 4. per session (a second stream on a loaded model, numpy backend)")
+    print(table(["model", "decoding", "KV sequences", "planned MB", "RSS added MB",
+                 "weights MB (shared)"], rows))
+    print(f"whisper.cpp 1.8.5, tiny.en: {WHISPER_CPP_STATE_TINY_EN} MB of non-weight buffers "
+          "per whisper_state")
+
+
 def _high_water() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * KIB
 
@@ -228,15 +333,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--plan", choices=PLAN_MODES, default="joint",
                     help="plan mode for the long-audio runs (default joint)")
     ap.add_argument("--hour", action="store_true", help="also a 1-hour file (slow)")
+    ap.add_argument("--silences", action="store_true",
+                    help="only the streamed 1-hour FLAC of speech and long silences vs 30 s")
+    ap.add_argument("--sessions", action="store_true",
+                    help="only part 4: the bytes one more session costs (tiny.en, base)")
     ap.add_argument("--child", nargs=2, metavar=("JOB", "AUDIO"), help=argparse.SUPPRESS)
+    ap.add_argument("--session-child", nargs=2, metavar=("MODEL", "RUN"),
+                    help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         return child(*args.child)
+    if args.session_child:
+        return session_child(*args.session_child)
+    if args.sessions:
+        per_session(("tiny.en", "base"))
+        return 0
+    if args.silences:
+        long_silences(args.plan, args.long_repeats)
+        return 0
     print("# memory: tensorplan vs whisper.cpp (MB = 1e6 B)")
     report_models(("tiny.en",) if args.quick else MODELS)
     if args.quick:
         return 0
     rss_by_config(args.repeats)
+    per_session(("tiny.en", "base"))
     long_audio(args.plan, args.hour, args.long_repeats)
     return 0
 

@@ -1,4 +1,4 @@
-"""How close does the planner get to the lower bound, and how fast? (planners.md §9)
+"""How close does the planner get to the lower bound, and how fast?
 
 Three parts, each printed as an aligned table with its targets:
   1. model graphs (bench/model_graphs.py): naive bytes, lower bound, arena and ratio for the
@@ -85,7 +85,8 @@ def planned_tensors(graph: Graph) -> list[Tensor]:
 
 
 def lower_bound_no_inplace(graph: Graph, alignment: int) -> int:
-    """planners.md §8's LB, computed here independently: no in-place handoffs. A planned
+    """The published planners' lower bound, computed here independently: no in-place
+    handoffs. A planned
     tensor lives from its producing step (INPUT and other leafs: step 0) through the last
     step reading it or a view of it; OUTPUT roots live to the end."""
     planned = {id(t): t for t in planned_tensors(graph)}

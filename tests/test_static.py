@@ -14,18 +14,55 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "tensorplan"
 
 # Each layer may import only the layers listed for it (imports point downward).
 ALLOWED = {
-    "alloc": {"alloc", "tensor", "dtype", "graph", "errors"},
+    "alloc": {"alloc", "tensor", "dtype", "graph", "errors", "files"},
+    "files": {"errors"},  # safe reads and writes: a leaf beside errors, usable by every layer
     "tensor": {"dtype"},
     "dtype": set(),
     "graph": {"tensor"},
     "ops": {"tensor", "dtype"},
     "backends": {"backends", "alloc", "tensor", "dtype", "graph", "ops", "errors"},
+    "pipeline": {"alloc", "tensor", "dtype", "graph", "ops", "errors"},
+    "whisper": {"whisper", "backends", "pipeline", "alloc", "tensor", "dtype", "graph", "ops",
+                "errors", "files"},
+    "batch": {"batch", "whisper", "errors", "files"},
+    "commands": {"commands", "whisper", "batch", "alloc", "pipeline", "errors", "files", "serve"},
+    "cli": {"errors", "commands"},
+    "errors": set(),
     # the server knows sessions, never kernels or buffers (see WHISPER_PUBLIC below)
     "serve": {"serve", "whisper", "errors"},
 }
 # the modules of tensorplan.whisper that are its public API, all the server may import
 WHISPER_PUBLIC = {"tensorplan.whisper", "tensorplan.whisper.api", "tensorplan.whisper.options",
                   "tensorplan.whisper.writers", "tensorplan.whisper.result"}
+
+# Whisper reaches buffers and kernels only through the backend protocol (backends/base.py)
+# and the package's factory; never a concrete backend's module.
+WHISPER_MAY_IMPORT_FROM_BACKENDS = {"tensorplan.backends", "tensorplan.backends.base",
+                                    "tensorplan.backends.threads"}
+
+
+def _modules(path: Path) -> set[str]:
+    """Every tensorplan module `path` imports, in full (from-imports of a package count
+    the names imported from it as modules when they are)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(
+                "tensorplan"):
+            found.add(node.module)
+            for alias in node.names:
+                if (SRC.parent / (node.module + "." + alias.name).replace(".", "/")).with_suffix(
+                        ".py").exists():
+                    found.add(f"{node.module}.{alias.name}")
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("tensorplan"))
+    return found
+
+
+def test_whisper_reaches_backends_only_through_the_protocol() -> None:
+    for f in sorted((SRC / "whisper").rglob("*.py")):
+        used = {m for m in _modules(f) if m.startswith("tensorplan.backends")}
+        extra = used - WHISPER_MAY_IMPORT_FROM_BACKENDS
+        assert not extra, f"{f.relative_to(SRC)} imports a concrete backend: {sorted(extra)}"
 
 
 def _imports(path: Path) -> set[str]:
@@ -63,6 +100,13 @@ def test_serve_uses_only_the_public_whisper_api() -> None:
                     assert name in WHISPER_PUBLIC, f"{f.relative_to(SRC)} imports {name}"
 
 
+def test_mypy_over_the_whole_package() -> None:
+    pytest.importorskip("mypy")
+    proc = subprocess.run([sys.executable, "-m", "mypy", str(SRC)], capture_output=True,
+                          text=True, cwd=SRC.parents[1])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def test_mypy_strict_on_planner_and_graph() -> None:
     pytest.importorskip("mypy")
     targets = [
@@ -89,3 +133,18 @@ def test_ruff_clean() -> None:
         [ruff, "check", "src", "tests", "bench"], capture_output=True, text=True, cwd=SRC.parents[1]
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_repository_stands_alone() -> None:
+    """Docs and docstrings point into the repository, never at notes a clone lacks."""
+    root = SRC.parents[1]
+    outside = ("../shared", "shared/reference", "DESIGN.md", "reference/whisper.md",
+               "ggml-alloc.md", "planners.md")
+    files = [root / "README.md", *root.glob("docs/*.md")]
+    for folder in ("src", "tests", "bench"):
+        files += (root / folder).rglob("*.py")
+    for f in files:
+        text = f.read_text(errors="replace")
+        found = [o for o in outside if o in text
+                 and f.name not in ("test_static.py", "test_cli.py")]  # these check for them
+        assert not found, f"{f.relative_to(root)} cites {found}"

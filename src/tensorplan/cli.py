@@ -15,10 +15,13 @@ import importlib
 import importlib.metadata
 import logging
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
+from typing import Any
 
-from tensorplan.errors import UserError
+from tensorplan.errors import Terminated, UserError, one_line
 
 COMMANDS = ("transcribe", "plan", "pack", "export", "serve")
 _BOOL_WORDS = {"true": True, "false": False}  # openai's str2bool, also in lower case
@@ -116,6 +119,15 @@ def _switch(name: str, action: argparse.Action | None, on: bool) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    previous = _stop_on_sigterm()
+    try:
+        return _main(argv)
+    finally:
+        if previous is not None:  # in-process callers (tests) get their handler back
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(openai_spellings(parser, sys.argv[1:] if argv is None else argv))
@@ -132,13 +144,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as e:
         if debug:
             raise
-        print(f"tensorplan: error: {e}", file=sys.stderr)
+        print(f"tensorplan: error: {one_line(str(e))}", file=sys.stderr)
         return 2
+    except Terminated:
+        print("tensorplan: terminated (SIGTERM); finished outputs are kept", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         print("tensorplan: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0
+
+
+def _stop_on_sigterm() -> Any:
+    """SIGTERM raises Terminated in the main thread (see errors.Terminated); returns the
+    handler it replaced (None off the main thread, where none can be set)."""
+    def handler(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not interrupt
+        raise Terminated()  # the cleanup the first one started
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, handler)
 
 
 if __name__ == "__main__":

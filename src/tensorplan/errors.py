@@ -17,3 +17,16 @@ class AudioError(UserError):
 
 class TraceError(UserError):
     """A malformed lifetime trace for `tensorplan pack`."""
+
+
+def one_line(message: str) -> str:
+    """`message` as one printable line: a newline or control character (from a file name,
+    say) is escaped, so an error can neither split nor forge lines."""
+    if message.isprintable():
+        return message
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, turned into an interrupt so that it stops a run as Ctrl-C does: `finally`
+    blocks run (the batch manifest is saved, workers are stopped) and one line is printed."""

@@ -2,7 +2,7 @@
 
 A stage is a graph; a *handoff* is a tensor one stage produces and later stages read
 (Whisper: the encoder result, the cross-attention K/V). Later stages read it through
-`ops.ref`, a leaf view, so to them it is external. Three ways keep it alive (DESIGN.md):
+`ops.ref`, a leaf view, so to them it is external. Three ways keep it alive (docs/plan-modes.md):
 
 - `dedicated`: the producer copies it into a persistent tensor of its own buffer;
 - `output`: it is flagged OUTPUT in the producer's compute buffer; each stage plans alone;

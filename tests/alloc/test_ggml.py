@@ -138,7 +138,7 @@ def test_multi_buffer_plans_each_type_alone() -> None:
     assert graph.nodes[1].offset == x.offset == out.offset
 
 
-# ---- whisper.cpp's conv graph (reference/ggml-alloc.md §9.2) --------------------------------
+# ---- whisper.cpp's conv graph (as whisper.cpp builds it) --------------------------------
 def conv_block(x: Tensor, c_in: int, stride: int, name: str) -> Tensor:
     """ggml_conv_1d + bias + gelu as whisper.cpp builds it: im2col (F16), reshape views
     around the matmul, then add (its parent is a view, so not in place) and gelu."""

@@ -7,6 +7,7 @@ base.Backend interface; BACKENDS lists the ones tests run on (a CUDA backend add
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -15,7 +16,7 @@ import scipy.special
 
 from tensorplan import dtype as dt
 from tensorplan import ops
-from tensorplan.backends import NumpyBackend, NumpyBufferType, torch_available, torch_cpu
+from tensorplan.backends import NumpyBackend, torch_available, torch_cpu
 from tensorplan.backends.base import Backend
 from tensorplan.graph import Graph
 from tensorplan.tensor import Tensor
@@ -23,6 +24,13 @@ from tensorplan.tensor import Tensor
 BACKENDS: dict[str, Callable[[], Backend]] = {"numpy": NumpyBackend}
 if torch_available():  # every op through PyTorch, the smallest products included
     BACKENDS["torch"] = lambda: torch_cpu.TorchBackend(min_matmul_rows=0)
+
+    def _device() -> Backend:
+        from tensorplan.backends.torch_device import DeviceBackend
+
+        return DeviceBackend("cpu")  # the CUDA code path, on the CPU
+
+    BACKENDS["device"] = _device
 
 
 # ---- placing and running --------------------------------------------------------------------
@@ -56,7 +64,8 @@ def plan(graph: Graph, backend: Backend, strategy: str) -> None:
     from tensorplan.alloc import GraphAllocator
 
     alignment = 16 if backend.buffer_type.alignment > 16 else 64
-    types = [backend.buffer_type, NumpyBufferType(alignment=alignment, name="cpu2")]
+    other = dataclasses.replace(backend.buffer_type, alignment=alignment, name="cpu2")  # type: ignore[type-var]
+    types = [backend.buffer_type, other]
     assert GraphAllocator(types, strategy=strategy).alloc_graph(graph)
 
 

@@ -11,7 +11,7 @@ the whole graph ran; external bytes must be untouched.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import pytest
@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from tensorplan import dtype as dt
 from tensorplan import ops
 from tensorplan.backends import NumpyBackend, evaluate, torch_available, torch_cpu
+from tensorplan.backends.base import Backend
 from tensorplan.graph import Graph
 from tensorplan.tensor import Tensor
 
@@ -244,7 +245,18 @@ def _torch() -> NumpyBackend:
     return torch_cpu.TorchBackend(min_matmul_rows=0)
 
 
-BACKENDS = {"numpy": _numpy} | ({"torch": _torch} if torch_available() else {})
+def _device() -> Backend:
+    from tensorplan.backends.torch_device import DeviceBackend
+
+    return DeviceBackend("cpu")
+
+
+def _bytes(buf: Any) -> bytes:
+    """A buffer's bytes, host or device."""
+    return bytes(buf.host() if hasattr(buf, "host") else buf.data)
+
+
+BACKENDS = {"numpy": _numpy} | ({"torch": _torch, "device": _device} if torch_available() else {})
 
 
 @pytest.mark.parametrize("backend_name", sorted(BACKENDS))
@@ -262,7 +274,7 @@ def test_planned_run_equals_reference(
     builder = _Builder(data, backend)
     graph, outputs, caches = builder.build()
     plan(graph, backend, strategy)
-    external = builder.ext.data.copy()
+    external = _bytes(builder.ext)
     params = [p.copy() for p in builder.params]
     for run in range(2):  # the second run: new inputs, the same plan and views
         rng = np.random.default_rng(run)
@@ -280,6 +292,6 @@ def test_planned_run_equals_reference(
                 assert got.tobytes() == want[t].tobytes(), f"{t!r} differs (run {run})"
             else:
                 np.testing.assert_allclose(got, want[t], rtol=1e-4, atol=1e-5, err_msg=repr(t))
-        assert builder.ext.data.tobytes() == external.tobytes(), "external bytes changed"
+        assert _bytes(builder.ext) == external, "external bytes changed"
         for before, after in zip(params, builder.params, strict=True):
             assert before.tobytes() == after.tobytes(), "a weight changed"

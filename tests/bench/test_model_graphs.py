@@ -146,7 +146,8 @@ def test_synthetic_chain_scales_with_blocks() -> None:
 ])
 def test_lower_bound_matches_the_reference_reproduction(graphs: dict[str, Graph], name: str,
                                                         mib: float) -> None:
-    # planners.md §8 (no in-place, no alignment): lifetimes here are as realistic as there
+    # the published planners' convention (no in-place, no alignment): lifetimes here are as
+    # realistic as there
     assert pm.lower_bound_no_inplace(graphs[name], 1) / pm.MiB == pytest.approx(mib, rel=5e-3)
 
 

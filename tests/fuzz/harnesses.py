@@ -11,6 +11,8 @@ loads but breaks later is caught too.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import io
 import math
 import os
 import shutil
@@ -20,10 +22,19 @@ from pathlib import Path
 
 from tensorplan.alloc import pack
 from tensorplan.alloc.trace import read_trace, write_offsets
+from tensorplan.cli import build_parser
+from tensorplan.commands.transcribe import max_batch
 from tensorplan.errors import UserError
 from tensorplan.whisper.audio import SAMPLE_RATE, load_audio, log_mel_spectrogram
+from tensorplan.whisper.options import TranscribeOptions, from_args
 from tensorplan.whisper.tokenizer import load_tokenizer
-from tensorplan.whisper.weights import WHISPER_SPEC, WhisperWeights, read_model_bin
+from tensorplan.whisper.weights import (
+    WHISPER_SPEC,
+    ModelDims,
+    WhisperWeights,
+    read_config,
+    read_model_bin,
+)
 
 _WORK = Path(tempfile.mkdtemp(prefix="tensorplan-fuzz-"))
 atexit.register(shutil.rmtree, _WORK, ignore_errors=True)
@@ -79,11 +90,47 @@ def audio(data: bytes) -> None:
     log_mel_spectrogram(samples[: 2 * SAMPLE_RATE])
 
 
+# tiny.en's dims: config.json's ids and heads are checked against them
+_TINY_DIMS = ModelDims(n_mels=80, n_audio_ctx=1500, n_audio_state=384, n_audio_head=6,
+                       n_audio_layer=4, n_vocab=51864, n_text_ctx=448, n_text_state=384,
+                       n_text_head=6, n_text_layer=4)
+
+
+def config_json(data: bytes) -> None:
+    path = _fresh("config", "config.json", data)
+    config = read_config(path, _TINY_DIMS)
+    for layer, head in config.alignment_heads:
+        assert 0 <= layer < _TINY_DIMS.n_text_layer and 0 <= head < _TINY_DIMS.n_text_head
+    for ids in (config.lang_ids, config.suppress_ids, config.suppress_ids_begin):
+        assert all(0 <= t < _TINY_DIMS.n_vocab for t in ids)
+
+
+def flags(data: bytes) -> None:
+    """`tensorplan transcribe talk.wav ARGS`, ARGS the input's NUL-separated words: parsing
+    may fail (argparse's exit 2, counted as a user error) or the options refuse the values;
+    nothing else may happen."""
+    words = data.decode("utf-8", errors="replace").split("\0")
+    parser = build_parser()
+    try:
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            args = parser.parse_args(["transcribe", "talk.wav", *words])
+    except SystemExit as e:
+        if e.code == 0:  # --help or --version: printed, nothing to check
+            return
+        if e.code == 2:
+            raise UserError("argparse refused the flags") from None
+        raise
+    options = from_args(TranscribeOptions, args)
+    max_batch(options)
+
+
 HARNESSES: dict[str, Callable[[bytes], None]] = {
     "model_bin": model_bin,
     "tokenizer": tokenizer,
     "trace": trace,
     "audio": audio,
+    "config_json": config_json,
+    "flags": flags,
 }
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import io
 import struct
 import zlib
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import av
 import numpy as np
@@ -69,3 +71,30 @@ def png() -> bytes:
     header = struct.pack(">IIBBBBB", 4, 4, 8, 2, 0, 0, 0)
     return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows))
             + chunk(b"IEND", b""))
+
+
+def write_flac(path: Any, pieces: Iterable[np.ndarray], rate: int = RATE) -> Any:
+    """Encode float pieces (mono, any lengths) into one FLAC file, piece by piece: a file of
+    hours is written without ever holding its samples."""
+    with av.open(str(path), "w", format="flac") as out:
+        stream = out.add_stream("flac", rate=rate, layout="mono")
+        assert isinstance(stream, av.audio.stream.AudioStream)
+        for piece in pieces:
+            for start in range(0, piece.size, 10 * rate):
+                frame = av.AudioFrame.from_ndarray(pcm16(piece[start:start + 10 * rate])[None, :],
+                                                   format="s16", layout="mono")
+                frame.sample_rate = rate
+                for packet in stream.encode(frame):
+                    out.mux(packet)
+        for packet in stream.encode(None):
+            out.mux(packet)
+    return path
+
+
+def silence_pieces(seconds: float, rate: int = RATE) -> Iterator[np.ndarray]:
+    """`seconds` of digital silence, a minute at a time."""
+    left = int(seconds * rate)
+    while left > 0:
+        n = min(left, 60 * rate)
+        yield np.zeros(n, np.float32)
+        left -= n

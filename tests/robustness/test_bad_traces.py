@@ -67,7 +67,7 @@ def test_missing_and_directory_traces(tmp_path: Path, capsys: pytest.CaptureFixt
     rc, err = _pack(tmp_path / "nope.csv", tmp_path / "o.csv", capsys)
     assert_user_error(rc, err, "nope.csv: cannot read: No such file or directory")
     rc, err = _pack(tmp_path, tmp_path / "o.csv", capsys)
-    assert_user_error(rc, err, f"{tmp_path}: cannot read: Is a directory")
+    assert_user_error(rc, err, f"{tmp_path}: cannot read: is a directory")
 
 
 @pytest.mark.parametrize("kind", ["byte-order mark", "spaces around fields", "blank lines",

@@ -93,7 +93,7 @@ def test_disk_full_mid_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     _disk_full_at(monkeypatch, "srt")  # FORMATS: txt, vtt, srt, tsv, json
     with pytest.raises(UserError) as info:
         write_outputs(RESULT, "talk.wav", tmp_path, "all")
-    assert str(info.value) == f"cannot write {tmp_path / 'talk.srt'}: No space left on device"
+    assert str(info.value) == f"{tmp_path / 'talk.srt'}: cannot write: No space left on device"
     assert _leftovers(tmp_path) == []
     assert (tmp_path / "talk.srt").read_text() == "an older transcript"  # not half replaced
     assert (tmp_path / "talk.json").read_text() == "{}"  # never reached
@@ -111,7 +111,7 @@ def test_disk_full_through_the_cli(tmp_path: Path, one_sample: Path,
     out = tmp_path / "out"
     _disk_full_at(monkeypatch, "vtt")
     rc = cli.main(["transcribe", str(one_sample), "--output-dir", str(out)])
-    assert_user_error(rc, capsys.readouterr().err, f"cannot write {out / 'talk.vtt'}",
+    assert_user_error(rc, capsys.readouterr().err, f"{out / 'talk.vtt'}: cannot write",
                       "No space left on device")
     assert _leftovers(out) == [] and sorted(p.name for p in out.iterdir()) == ["talk.txt"]
 

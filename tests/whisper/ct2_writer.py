@@ -1,5 +1,5 @@
 """A small CTranslate2 model.bin writer for tests, written from the format description
-(reference/whisper.md §1.2) independently of the reader. Every field can be overridden so
+(CTranslate2's model.bin layout) independently of the reader. Every field can be overridden so
 tests can build corrupt files byte by byte."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """An independent float64 Whisper forward pass in plain numpy, written from the papers'
-block diagram (reference/whisper.md §1.7-1.8, §2.2): no KV cache, no planner, no ops."""
+block diagram (openai-whisper's model.py): no KV cache, no planner, no ops."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ def test_jfk_greedy_golden_under_every_plan_mode(tiny_model_factory, jfk_audio, 
     assert normalize(result.text) == normalize(JFK_TEXT)
     ends = [s.end for s in result.segments]
     assert len(ends) == 2, [(s.start, s.end, s.text) for s in result.segments]
-    assert ends == pytest.approx([7.74, 10.74], abs=0.1)  # reference/whisper.md §1.9
+    assert ends == pytest.approx([7.74, 10.74], abs=0.1)  # openai-whisper's ends
     assert result.language == "en"
 
 

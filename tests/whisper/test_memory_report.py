@@ -178,7 +178,7 @@ def test_whisper_cpp_base_rows_come_from_the_formula() -> None:
                 n_text_head=8, n_text_layer=6)
     rows = {r.name: round(r.bytes / MB, 2) for r in whisper_cpp_reference(base)}
     assert all(r.source.startswith("formula") for r in whisper_cpp_reference(base))
-    # ggml-alloc.md §9.1: base, HEAD-era CPU, flash attention off
+    # whisper.cpp's allocator: base, HEAD-era CPU, flash attention off
     assert rows == {"kv self": 6.29, "kv cross": 18.87, "kv pad": 3.15, "compute conv": 16.28,
                     "compute encode": 85.88, "compute cross": 4.66, "compute decode": 96.37}
 

@@ -1,5 +1,6 @@
 """Reference parity on real weights: beam search, base (multilingual) with language
-detection, silence. Expected values are openai-whisper's (reference/whisper.md §1.9)."""
+detection, silence. Expected values are the ones openai-whisper
+gives for the same audio."""
 
 from __future__ import annotations
 

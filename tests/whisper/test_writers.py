@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tensorplan import files
 from tensorplan.errors import UserError
-from tensorplan.whisper import writers
 from tensorplan.whisper.result import Segment, TranscriptionResult, Word
 from tensorplan.whisper.writers import (
     FORMATS,
@@ -297,7 +297,7 @@ def test_failed_write_leaves_no_partial_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: Exception
 ) -> None:
     (tmp_path / "talk.srt").write_text("old subtitles\n", encoding="utf-8")
-    real_write_all = writers._write_all
+    real_write_all = files._write_all
 
     def write_half_then_fail(fd: int, data: bytes) -> None:
         if data.startswith(b"1\n00:00:00,000 --> "):  # the srt file
@@ -305,11 +305,11 @@ def test_failed_write_leaves_no_partial_file(
             raise error
         real_write_all(fd, data)
 
-    monkeypatch.setattr(writers, "_write_all", write_half_then_fail)
+    monkeypatch.setattr(files, "_write_all", write_half_then_fail)
     with pytest.raises(UserError if isinstance(error, OSError) else RuntimeError) as info:
         write_outputs(RESULT, "talk.wav", tmp_path, "all")
     if isinstance(error, OSError):
-        assert str(info.value) == f"cannot write {tmp_path / 'talk.srt'}: No space left on device"
+        assert str(info.value) == f"{tmp_path / 'talk.srt'}: cannot write: No space left on device"
     assert sorted(os.listdir(tmp_path)) == ["talk.srt", "talk.txt", "talk.vtt"]  # no temp, no tsv
     assert (tmp_path / "talk.srt").read_text(encoding="utf-8") == "old subtitles\n"
     assert (tmp_path / "talk.txt").read_text(encoding="utf-8") == render(RESULT, "txt")

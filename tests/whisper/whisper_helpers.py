@@ -22,4 +22,5 @@ def normalize(text: str) -> str:
 
 
 # every backend this machine has; "auto" (torch when installed) is what users get
-BACKEND_NAMES = ["numpy", *(["torch"] if torch_available() else [])]
+# ("device" runs the CUDA backend's code path on the CPU)
+BACKEND_NAMES = ["numpy", *(["torch", "device"] if torch_available() else [])]

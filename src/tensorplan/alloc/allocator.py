@@ -67,9 +67,10 @@ def fingerprint(graph: Graph, owner: object | None) -> Fingerprint:
 class GraphAllocator:
     """Plans graphs for a list of buffer types (a tensor picks one by `buffer_id`).
 
-    `strategy` is "offline" (default) or "ggml". `budget_s` bounds offline's improvement
-    phase; it is turned into a number of passes by a fixed cost model, so plans never
-    depend on the clock. Buffer ids share no memory, even when they use the same type.
+    `strategy` is "offline" (default), "exact" or "ggml". `max_nodes` bounds offline's
+    search in nodes (default DEFAULT_MAX_NODES; exact: none), so plans do not depend on the
+    clock; `budget_s` is a wall-clock stop besides. Buffer ids share no memory, even when
+    they use the same type.
     """
 
     def __init__(
@@ -77,6 +78,7 @@ class GraphAllocator:
         buffer_types: Sequence[BufferType],
         strategy: str = "offline",
         budget_s: float = DEFAULT_BUDGET_S,
+        max_nodes: int | None = None,
     ) -> None:
         if not buffer_types:
             raise ValueError("GraphAllocator needs at least one buffer type")
@@ -85,6 +87,7 @@ class GraphAllocator:
         self.buffer_types = tuple(buffer_types)
         self.strategy = strategy
         self.budget_s = budget_s
+        self.max_nodes = max_nodes
         self.plan: Plan | None = None
         self._planned_for: Fingerprint | None = None
         self._buffers: list[list[Buffer]] = [[] for _ in self.buffer_types]
@@ -128,7 +131,9 @@ class GraphAllocator:
 
     # ---- internals --------------------------------------------------------------------
     def _replan(self, graph: Graph, key: Fingerprint) -> None:
-        self.plan = plan_graph(graph, self.buffer_types, self.strategy, self.budget_s, self)
+        self.plan = plan_graph(
+            graph, self.buffer_types, self.strategy, self.budget_s, self, self.max_nodes
+        )
         self._planned_for = key
 
     def _grow(self, plan: Plan) -> None:

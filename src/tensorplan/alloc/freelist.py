@@ -5,7 +5,7 @@ block is the tail (what is left above everything carved so far, up to the chunk'
 capacity). Sizes are rounded up to the alignment on alloc and on free, so every block
 boundary stays aligned. The chunk's high-water mark is its planned size.
 
-Rules copied from ggml (reference/ggml-alloc.md §3): best fit among non-tail blocks, "<="
+Rules as ggml-alloc has them: best fit among non-tail blocks, "<="
 so the highest offset wins a tie, and a later chunk's fit overrides an earlier chunk's;
 else the tail whose chunk grows least (or not at all); else a new chunk. Blocks are carved
 from the front and merged with both neighbours on free. Unlike ggml there is no limit on

@@ -1,4 +1,4 @@
-"""The `ggml` strategy: ggml-alloc's online planner (reference/ggml-alloc.md §4, §11).
+"""The `ggml` strategy: ggml-alloc's online planner, rule for rule.
 
 Three passes: place every leaf in leaf order; count each tensor's children (one per read)
 and views, placing INPUT tensors; then walk the nodes in order: place the node (over a

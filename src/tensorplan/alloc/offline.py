@@ -10,9 +10,13 @@ result equal to the lower bound (the peak of live bytes) ends the search: it is 
 Overlap lookups go through time buckets: a placed item is listed in every bucket its
 interval touches, and a query counts each item once, at the first bucket both share.
 
-Determinism: the budget buys a number of greedy passes through a fixed cost model (work
-units counted by the first pass), never a clock reading, so the result depends only on the
-input and the budget. The time actually spent tracks the budget only roughly.
+When the best pass misses the bound, a search (improve.py) takes over from it: at most
+`max_nodes` nodes (all of them for `exact`), and `budget_s` seconds of wall clock.
+
+Determinism: the greedy passes are bought through a fixed cost model (work units counted
+by the first pass) and the search counts nodes, so with the default budget (which the node
+limit reaches first) the result depends only on the input and the limits. Only a search
+stopped by the clock depends on the machine.
 """
 
 from __future__ import annotations
@@ -20,12 +24,17 @@ from __future__ import annotations
 import bisect
 import heapq
 import random
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from tensorplan.alloc.improve import improve
 from tensorplan.alloc.plan import UNLIMITED, PlanError
 
-DEFAULT_BUDGET_S = 0.05
+DEFAULT_BUDGET_S = 10.0  # a wall-clock stop for the search; the node limit comes first
+HEURISTIC_S = 0.05  # what the greedy passes and the hill climb may cost, at most
+DEFAULT_MAX_NODES = 100_000  # ~1-5 s of search on a 500-buffer trace
+SEARCH_MAX_ITEMS = 5_000  # past this the default strategy keeps the greedy result
 # Cost model (measured on a shared 2-core CI box): a pass costs ~0.15 us per placed item it
 # looks at and ~1.8 us per item it places, so an item placed counts as 12 units.
 UNIT_S = 0.15e-6
@@ -40,6 +49,7 @@ class Packed:
     offsets: list[int]
     chunks: list[int]  # chunk index per item
     chunk_sizes: list[int]
+    proven: bool = False  # the total is the optimum (the bound, or a search proved it)
 
     @property
     def total(self) -> int:
@@ -235,13 +245,52 @@ def solve(
     capacity: int = UNLIMITED,
     budget_s: float = DEFAULT_BUDGET_S,
     orders: Sequence[tuple[str, bool]] = GRAPH_ORDERS,
+    max_nodes: int | None = DEFAULT_MAX_NODES,
+    search_above: float = 0.0,
 ) -> Packed:
     """Offsets for items live over inclusive [lo, hi] with aligned sizes, in chunks of at
-    most `capacity` bytes (an item bigger than that gets a chunk of its own size)."""
+    most `capacity` bytes (an item bigger than that gets a chunk of its own size).
+
+    max_nodes=None searches until the optimum is proven or `budget_s` runs out (exact).
+    The search runs only when the greedy packing is more than `search_above` (a fraction)
+    above the lower bound."""
     if not size:
-        return Packed([], [], [0])
+        return Packed([], [], [0], True)
+    deadline = time.perf_counter() + budget_s
     lo, hi = compress(lo, hi)
     bound = load(lo, hi, size)
+    best = _greedy(lo, hi, size, capacity, min(budget_s, HEURISTIC_S), orders, bound)
+    if _optimal(best, bound):
+        return Packed(best.offsets, best.chunks, best.chunk_sizes, True)
+    if len(best.chunk_sizes) > 1 or max_nodes == 0 or budget_s <= 0:
+        return best  # several chunks: the search packs one arena; no budget: no search
+    if best.total <= bound * (1 + search_above):
+        return best
+    if max_nodes is not None and len(size) > SEARCH_MAX_ITEMS:
+        return best
+    limit = max_nodes if max_nodes is not None else 1 << 62
+    found = improve(lo, hi, size, (best.offsets, best.total), bound, limit, deadline)
+    return Packed(found.offsets, best.chunks, [found.height], found.proven)
+
+
+def node_limit(strategy: str, max_nodes: int | None) -> int | None:
+    """The search's node limit for a strategy: max_nodes if given, else DEFAULT_MAX_NODES
+    for offline and none (only the clock) for exact."""
+    if max_nodes is not None:
+        return max_nodes
+    return None if strategy == "exact" else DEFAULT_MAX_NODES
+
+
+def _greedy(
+    lo: list[int],
+    hi: list[int],
+    size: list[int],
+    capacity: int,
+    budget_s: float,
+    orders: Sequence[tuple[str, bool]],
+    bound: int,
+) -> Packed:
+    """The best of the greedy orders, then a hill climb on it while the budget lasts."""
     runner = _Pass(lo, hi, size, capacity)
     best: Packed | None = None
     best_order: list[int] = []

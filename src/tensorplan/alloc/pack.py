@@ -1,7 +1,8 @@
 """Planning plain lifetimes, with no graph: (id, start, end, size) -> offsets in one arena.
 
 Intervals are half-open [start, end): an interval ending at t and one starting at t may
-share bytes. `offline` packs them with the same packer graphs use; `ggml` replays
+share bytes. `offline` packs them with the same packer graphs use (greedy passes, then a
+bounded search), `exact` searches until the optimum is proven or the budget ends; `ggml` replays
 ggml-alloc's online best fit in time order (at each time, intervals ending there are freed
 before those starting there are placed; ties in input order).
 """
@@ -12,7 +13,14 @@ from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 
 from tensorplan.alloc.freelist import DynAllocator, align_up
-from tensorplan.alloc.offline import DEFAULT_BUDGET_S, TRACE_ORDERS, compress, load, solve
+from tensorplan.alloc.offline import (
+    DEFAULT_BUDGET_S,
+    TRACE_ORDERS,
+    compress,
+    load,
+    node_limit,
+    solve,
+)
 from tensorplan.alloc.plan import STRATEGIES, UNLIMITED
 
 Interval = tuple[Hashable, int, int, int]  # (id, start, end exclusive, size)
@@ -23,6 +31,7 @@ class Packing:
     offsets: dict[Hashable, int]  # in input order
     size: int  # the arena: the highest end offset
     lower_bound: int  # max over time of live aligned bytes
+    proven: bool = False  # size is the optimum
 
     @property
     def ratio(self) -> float:
@@ -35,9 +44,12 @@ def pack(
     alignment: int = 1,
     strategy: str = "offline",
     budget_s: float = DEFAULT_BUDGET_S,
+    max_nodes: int | None = None,
 ) -> Packing:
     """Offsets (multiples of `alignment`) so that intervals live at the same time never
-    share a byte. Raises ValueError for a bad interval or a repeated id."""
+    share a byte. `max_nodes` bounds the search (deterministic; default DEFAULT_MAX_NODES
+    for offline, none for exact, which stops at the optimum or after `budget_s` seconds).
+    Raises ValueError for a bad interval or a repeated id."""
     if alignment <= 0:
         raise ValueError(f"alignment must be positive, got {alignment}")
     if strategy not in STRATEGIES:
@@ -58,12 +70,15 @@ def pack(
         hi.append(end - 1)  # inclusive from here on
         size.append(align_up(n, alignment))
     lo, hi = compress(lo, hi)
-    if strategy == "offline":
-        packed = solve(lo, hi, size, UNLIMITED, budget_s, TRACE_ORDERS)
-        offsets, arena = packed.offsets, packed.total
-    else:
+    bound = load(lo, hi, size)
+    if strategy == "ggml":
         offsets, arena = _online(lo, hi, size, alignment)
-    return Packing(dict(zip(ids, offsets, strict=True)), arena, load(lo, hi, size))
+        proven = arena <= bound
+    else:
+        nodes = node_limit(strategy, max_nodes)
+        packed = solve(lo, hi, size, UNLIMITED, budget_s, TRACE_ORDERS, nodes)
+        offsets, arena, proven = packed.offsets, packed.total, packed.proven
+    return Packing(dict(zip(ids, offsets, strict=True)), arena, bound, proven)
 
 
 def _online(lo: list[int], hi: list[int], size: list[int], alignment: int) -> tuple[list[int], int]:

@@ -16,7 +16,7 @@ from typing import Protocol
 from tensorplan.tensor import Tensor
 
 UNLIMITED = 1 << 62  # a max size no buffer reaches
-STRATEGIES = ("offline", "ggml")
+STRATEGIES = ("offline", "ggml", "exact")  # exact: offline, searching until proven
 
 
 class PlanError(Exception):

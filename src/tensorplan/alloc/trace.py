@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import codecs
 import csv
+import io
 import os
 import re
-import tempfile
 from collections.abc import Hashable, Iterator, Mapping
-from pathlib import Path
 
-from tensorplan.errors import TraceError
+from tensorplan.errors import TraceError, UserError
+from tensorplan.files import atomic_write, open_regular
 
 COLUMNS = ("id", "lower", "upper", "size")
 _INTEGER = re.compile(r"\s*[+-]?[0-9]+\s*")  # not int()'s "1_000" or non-ASCII digits
@@ -32,11 +32,11 @@ def read_trace(path: str | os.PathLike[str]) -> Iterator[tuple[str, int, int, in
     the row for a missing column, a non-integer or one beyond 64 bits, a negative size,
     upper <= lower, a repeated id, sizes adding up past MAX_TOTAL_SIZE, text that is not
     UTF-8 or not CSV, or a trace with no rows."""
-    try:
-        f = open(path, newline="", encoding="utf-8-sig")  # closed by the with below
-    except OSError as e:
-        raise TraceError(f"{path}: cannot read: {e.strerror}") from None
-    with f:
+    try:  # a FIFO or /dev/zero is refused: it would never end
+        raw = open_regular(path, "trace")
+    except UserError as e:
+        raise TraceError(str(e)) from None
+    with io.TextIOWrapper(raw, newline="", encoding="utf-8-sig") as f:
         rows = csv.reader(f)
         try:
             header = next(rows, None)
@@ -133,18 +133,12 @@ def _short(text: str, limit: int = 24) -> str:
 
 
 def write_offsets(path: str | os.PathLike[str], offsets: Mapping[Hashable, int]) -> None:
-    """Write `id,offset` rows atomically (temp file in the same folder, then rename)."""
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
-            out = csv.writer(f, lineterminator="\n")
-            out.writerow(("id", "offset"))
-            out.writerows(offsets.items())
-            f.flush()
-            os.fsync(f.fileno())  # durable before the rename makes it visible
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; an output file should not be
-        os.replace(tmp, target)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    """Write `id,offset` rows atomically (files.atomic_write: never a half-written file, never
+    over a device or FIFO)."""
+    with atomic_write(path, "offsets") as raw:
+        f = io.TextIOWrapper(raw, newline="", encoding="utf-8")
+        out = csv.writer(f, lineterminator="\n")
+        out.writerow(("id", "offset"))
+        out.writerows(offsets.items())
+        f.flush()
+        f.detach()  # atomic_write fsyncs and closes the file

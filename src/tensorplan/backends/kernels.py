@@ -220,21 +220,22 @@ def matmul(out: np.ndarray, srcs: Sequence[np.ndarray], params: Mapping[str, Any
     """
     a, b = srcs
     transpose_b = bool(params.get("transpose_b"))
-    threads.for_product(out.size * a.shape[-1])
-    if b.dtype == out.dtype:
-        np.matmul(a, np.swapaxes(b, -1, -2) if transpose_b else b, out=out)
-        return
-    _widened_product(out, a, b, transpose_b, lambda cols, part, wide: np.copyto(wide, part))
+    with threads.for_product(out.size * a.shape[-1]):
+        if b.dtype == out.dtype:
+            np.matmul(a, np.swapaxes(b, -1, -2) if transpose_b else b, out=out)
+            return
+        _widened_product(out, a, b, transpose_b, lambda cols, part, wide: np.copyto(wide, part))
 
 
 def qmatmul(out: np.ndarray, srcs: Sequence[np.ndarray], params: Mapping[str, Any]) -> None:
     """a @ (q * scale[:, None]).T, the int8 weight dequantized WIDEN_BLOCK elements at a
     time into scratch (the reference: exact for the dequantized weight)."""
     a, q, scale = srcs
-    threads.for_product(out.size * a.shape[-1])
-    _widened_product(
-        out, a, q, True, lambda cols, part, wide: np.multiply(part, scale[cols, None], out=wide)
-    )
+    with threads.for_product(out.size * a.shape[-1]):
+        _widened_product(
+            out, a, q, True, lambda cols, part, wide: np.multiply(part, scale[cols, None],
+                                                                   out=wide)
+        )
 
 
 Widen = Callable[[slice, np.ndarray, np.ndarray], Any]
@@ -335,7 +336,8 @@ def conv2d(out: np.ndarray, srcs: Sequence[np.ndarray], params: Mapping[str, Any
             cols = scratch.take((i1 - i0, w_out, cpg, kh, kw))
             _fill_columns(cols, xg, (i0, i1), params)
             dst = _view_as(out[g * opg : (g + 1) * opg, i0:i1], (opg, (i1 - i0) * w_out))
-            np.matmul(wg, cols.reshape((i1 - i0) * w_out, cpg * kh * kw).T, out=dst)
+            with threads.for_product(dst.size * cpg * kh * kw):
+                np.matmul(wg, cols.reshape((i1 - i0) * w_out, cpg * kh * kw).T, out=dst)
 
 
 def pool2d(out: np.ndarray, srcs: Sequence[np.ndarray], params: Mapping[str, Any]) -> None:

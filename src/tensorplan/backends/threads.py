@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 SMALL_PRODUCT = 2_000_000  # multiply-adds below which one thread is faster
@@ -69,12 +72,50 @@ def _blas() -> Any:
     return _state["lib"]
 
 
-def for_product(macs: int) -> None:
-    """Set the BLAS thread count for a product of `macs` multiply-adds (cheap: 1 µs)."""
+class _BlasGate:
+    """OpenBLAS has one thread count for the whole process, and a product's rounding
+    depends on it (tiny.en's jfk avg_logprob -0.37751068 on 1 thread, -0.37751064 on 2).
+    Products wanting the count in force run together; one wanting another waits until they
+    finish (new ones queue behind it), then switches. So a product's result never depends
+    on what another session runs at the same time, and two sessions' big products never
+    oversubscribe the cores."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._users = 0  # products running with the current count
+        self._pending = 0  # products waiting for another count
+
+    @contextmanager
+    def use(self, lib: Any, want: int) -> Iterator[None]:
+        with self._cond:
+            if _state["current"] != want or self._pending:
+                self._pending += 1
+                while self._users:
+                    self._cond.wait()
+                self._pending -= 1
+                if _state["current"] != want:
+                    lib.set_num_threads(want)
+                    _state["current"] = want
+            self._users += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._users -= 1
+                if not self._users:
+                    self._cond.notify_all()
+
+
+_gate = _BlasGate()
+
+
+@contextmanager
+def for_product(macs: int) -> Iterator[None]:
+    """Run a product of `macs` multiply-adds inside this: on one BLAS thread when it is
+    small, on all of them when it is big, whatever other threads run meanwhile."""
     lib = _blas()
     if lib is None:
+        yield
         return
-    want = 1 if macs < SMALL_PRODUCT else _state["default"]
-    if want != _state["current"]:
-        lib.set_num_threads(want)
-        _state["current"] = want
+    with _gate.use(lib, 1 if macs < SMALL_PRODUCT else _state["default"]):
+        yield

@@ -47,7 +47,10 @@ def collect_inputs(args: Sequence[str | os.PathLike[str]]) -> list[Input]:
     """
     inputs: dict[Path, Input] = {}
     for arg in args:
-        path = Path(arg)
+        if os.fspath(arg) == "-":
+            raise UserError("-: stdin cannot be part of a batch (name the files, or a "
+                            "directory)")
+        path = Path(os.path.abspath(arg)) if Path(arg) == Path("-") else Path(arg)  # ./-
         if path.is_dir():
             found = sorted(_audio_files(path))
             for f in found:
@@ -164,13 +167,14 @@ class Worker:
 
     def run(self, task: Task, data: bytes | None = None, *, in_pool: bool = True) -> Outcome:
         """Transcribe `data` (the file's bytes, when the driver ships them) or task.path."""
-        from tensorplan.whisper.audio import SAMPLE_RATE, load_audio
+        from tensorplan.whisper.audio import SAMPLE_RATE, open_audio
 
         if in_pool and task.attempt == 1 and os.environ.get(CRASH_HOOK) == Path(task.path).name:
             os._exit(70)  # a deterministic worker crash for the tests
         start = time.perf_counter()
         try:
-            samples = load_audio(data if data is not None else task.path)
+            samples = open_audio(data if data is not None else task.path,
+                                 stream=self.options.audio_stream)  # streamed, not held
             result = self.model.transcribe(samples, self.options)
         except Exception as e:  # any failure belongs to this file: reported, then retried
             return Failed(task.key, describe(e).replace("<bytes>", task.path))

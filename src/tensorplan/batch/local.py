@@ -178,7 +178,11 @@ def _serve(conn: Connection, spec: ModelSpec, options: TranscribeOptions, thread
             return  # the driver is gone
         if task is None:
             return
-        conn.send(("outcome", worker.run(task)))
+        outcome = worker.run(task)
+        try:
+            conn.send(("outcome", outcome))
+        except OSError:  # BrokenPipeError: the driver stopped (SIGTERM, Ctrl-C) meanwhile
+            return
 
 
 @contextmanager

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tensorplan.errors import UserError
-from tensorplan.whisper.writers import _write_atomic
+from tensorplan.files import MAX_MANIFEST_BYTES, open_regular, read_text, write_atomic
 
 MANIFEST_NAME = ".tensorplan-manifest.json"
 LOCK_NAME = ".tensorplan-manifest.lock"
@@ -56,10 +56,12 @@ class Manifest:
         """The manifest in out_dir, or an empty one. A malformed file raises UserError."""
         path = out_dir / MANIFEST_NAME
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return cls(out_dir)
-        except (OSError, ValueError) as e:
+            if not os.path.lexists(path):
+                return cls(out_dir)
+            data = json.loads(read_text(path, MAX_MANIFEST_BYTES, "manifest"))
+        except UserError as e:
+            raise UserError(f"{e}; delete it to start over") from None
+        except ValueError as e:
             raise UserError(f"{path}: unreadable manifest ({e}); delete it to start over") from None
         try:
             if data["version"] != VERSION:
@@ -73,7 +75,7 @@ class Manifest:
     def save(self) -> None:
         files = {key: dataclasses.asdict(entry) for key, entry in sorted(self.entries.items())}
         text = json.dumps({"version": VERSION, "files": files}, indent=1)
-        _write_atomic(self.path, (text + "\n").encode("utf-8"))
+        write_atomic(self.path, (text + "\n").encode("utf-8"))
 
     def is_complete(self, key: str, sha256: str, settings: dict[str, Any],
                     outputs: Sequence[str]) -> bool:
@@ -95,8 +97,9 @@ class Manifest:
 
 
 def sha256_file(path: Path) -> str:
+    """The file's hash; UserError for a FIFO or device (it could be read forever)."""
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_regular(path, "audio file") as f:
         while chunk := f.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest()
@@ -105,7 +108,7 @@ def sha256_file(path: Path) -> str:
 def _same_file(path: Path, sha256: str) -> bool:
     try:
         return sha256_file(path) == sha256
-    except OSError:
+    except (OSError, UserError):
         return False
 
 

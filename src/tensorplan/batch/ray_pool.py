@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -153,11 +154,29 @@ def _import_ray() -> Any:
     return ray
 
 
+CONNECT_TIMEOUT_S = 10.0  # a head that accepts no TCP connection in this long is not there
+
+
+def _check_reachable(address: str) -> None:
+    """UserError within CONNECT_TIMEOUT_S if HOST:PORT (or ray://HOST:PORT) accepts no TCP
+    connection; other forms ("auto") are left to Ray."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), CONNECT_TIMEOUT_S).close()
+    except OSError as e:
+        why = "timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e))
+        raise UserError(f"--ray {address}: nothing answers there ({why}); is the Ray head "
+                        "running?") from None
+
+
 def _connect(ray: Any, address: str) -> None:
     try:
         if address == "local":
             ray.init(num_cpus=cpu_count(), include_dashboard=False, logging_level=logging.WARNING)
         else:
+            _check_reachable(address)  # ray.init retries a dead address for minutes
             ray.init(address=address, logging_level=logging.WARNING)
     except (ConnectionError, ValueError, RuntimeError) as e:
         raise UserError(f"cannot connect to Ray at {address!r}: {_first_line(e)}") from None

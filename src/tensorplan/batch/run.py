@@ -32,6 +32,8 @@ from tensorplan.batch.jobs import (
     probe_seconds,
 )
 from tensorplan.batch.manifest import Manifest, locked, sha256_file
+from tensorplan.errors import UserError
+from tensorplan.files import quote
 from tensorplan.whisper.options import TranscribeOptions, to_argv
 from tensorplan.whisper.writers import SubtitleOptions, write_outputs
 
@@ -161,9 +163,11 @@ class _Batch:
         for item in inputs:
             try:
                 sha = sha256_file(item.path)
-            except OSError as e:  # unreadable: failed without a try
+            except (OSError, UserError) as e:  # unreadable, or a FIFO: failed without a try
                 entry = self.manifest.begin(item.key, item.path, "", self.settings)
-                entry.status, entry.error = "failed", f"{item.path}: cannot read: {e.strerror}"
+                entry.status = "failed"
+                entry.error = (str(e) if isinstance(e, UserError)
+                               else f"{quote(item.path)}: cannot read: {e.strerror}")
                 self.report.failed[item.key] = entry.error
                 self.progress.write(f"tensorplan: error: {item.key}: {entry.error}", sys.stderr)
                 continue

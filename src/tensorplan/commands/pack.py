@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import math
 import time
 
-from tensorplan.alloc import DEFAULT_BUDGET_S, STRATEGIES, pack
+from tensorplan.alloc import DEFAULT_BUDGET_S, DEFAULT_MAX_NODES, STRATEGIES, pack
 from tensorplan.alloc.trace import read_trace, write_offsets
 from tensorplan.errors import UserError
+
+MAX_ALIGNMENT = 1 << 30  # larger alignments pad every offset beyond any memory
+MAX_BUDGET_S = 24 * 3600.0  # a day of improvement search; inf would never stop
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -24,14 +28,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--strategy",
         choices=STRATEGIES,
         default="offline",
-        help="offline packing (default) or ggml-alloc's online best fit",
+        help="offline packing with a bounded search (default), exact (search until the "
+        "optimum is proven or the budget ends) or ggml-alloc's online best fit",
     )
     p.add_argument(
         "--budget",
         type=float,
         default=DEFAULT_BUDGET_S,
         metavar="SECONDS",
-        help=f"improvement budget for offline (default {DEFAULT_BUDGET_S})",
+        help=f"wall-clock limit on the search (default {DEFAULT_BUDGET_S})",
+    )
+    p.add_argument(
+        "--max-nodes",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"search nodes at most, for results that do not depend on the clock "
+        f"(default {DEFAULT_MAX_NODES} for offline, no limit for exact)",
     )
     p.add_argument(
         "--alignment",
@@ -44,19 +57,26 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.alignment <= 0:
-        raise UserError(f"--alignment must be a positive integer, got {args.alignment}")
-    if args.budget < 0:
-        raise UserError(f"--budget must be >= 0 seconds, got {args.budget}")
+    if not 1 <= args.alignment <= MAX_ALIGNMENT:
+        raise UserError(f"--alignment must be an integer from 1 to {MAX_ALIGNMENT} (1 GiB), "
+                        f"got {args.alignment}")
+    if not (math.isfinite(args.budget) and 0 <= args.budget <= MAX_BUDGET_S):
+        raise UserError(f"--budget must be between 0 and {MAX_BUDGET_S} seconds, "
+                        f"got {args.budget}")
+    if args.max_nodes is not None and args.max_nodes < 0:
+        raise UserError(f"--max-nodes must be >= 0, got {args.max_nodes}")
     t0 = time.perf_counter()
-    packing = pack(read_trace(args.trace), args.alignment, args.strategy, args.budget)
-    try:
-        write_offsets(args.out, packing.offsets)
-    except OSError as e:
-        raise UserError(f"{args.out}: cannot write: {e.strerror}") from None
+    packing = pack(
+        read_trace(args.trace), args.alignment, args.strategy, args.budget, args.max_nodes
+    )
+    write_offsets(args.out, packing.offsets)  # errors are one-line UserErrors (files.py)
     print(
         f"{len(packing.offsets)} intervals packed ({args.strategy}) in "
         f"{time.perf_counter() - t0:.2f} s -> {args.out}"
     )
-    print(f"arena={packing.size} lower_bound={packing.lower_bound} ratio={packing.ratio:.4f}")
+    proof = "optimal (proven)" if packing.proven else "best found, not proven"
+    print(
+        f"arena={packing.size} lower_bound={packing.lower_bound} ratio={packing.ratio:.4f} "
+        f"{proof}"
+    )
     return 0

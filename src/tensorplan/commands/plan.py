@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import argparse
 import gc
-import io
-import os
-import secrets
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tensorplan.errors import UserError
+from tensorplan.files import atomic_write
 from tensorplan.pipeline import PLAN_MODES
 from tensorplan.whisper.model_options import (
     DEFAULT_MAX_BATCH,
@@ -189,19 +187,9 @@ def write_png(path: Path, layouts: Sequence[ArenaLayout], title: str) -> None:
 
 
 def _save_atomically(fig: Any, path: Path) -> None:
-    """Write a temporary file beside `path`, then rename: never a half-written PNG. Created
-    0o666 & ~umask as open() would (mkstemp's 0600 left a chart nobody else could read)."""
-    data = io.BytesIO()
-    fig.savefig(data, format="png", dpi=110)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.getbuffer())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    """Never a half-written PNG, never over a device (files.atomic_write)."""
+    with atomic_write(path, "plot") as f:
+        fig.savefig(f, format="png", dpi=110)
 
 
 def _buffers_top(layout: ArenaLayout) -> int:

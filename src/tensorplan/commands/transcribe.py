@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tensorplan.errors import UserError
+from tensorplan.errors import UserError, one_line
 
 
 def register(sub: Any) -> None:
@@ -148,7 +148,12 @@ def run(args: argparse.Namespace) -> int:
     from tensorplan.commands import openai_flags
     from tensorplan.whisper.api import load
     from tensorplan.whisper.options import TranscribeOptions, from_args
-    from tensorplan.whisper.writers import ensure_output_dir, parse_formats, write_outputs
+    from tensorplan.whisper.writers import (
+        check_outputs,
+        ensure_output_dir,
+        parse_formats,
+        write_outputs,
+    )
 
     openai_flags.apply(args)
     options = from_args(TranscribeOptions, args)
@@ -160,20 +165,22 @@ def run(args: argparse.Namespace) -> int:
     if args.output_format is not None or out_dir is not None:
         formats = parse_formats(args.output_format or "all")
         out_dir = out_dir or Path(".")
-    paths = [Path(a) for a in args.audio]
-    if formats:  # a bad output directory fails now, not after the whole transcription
+    paths = list(args.audio)  # strings: Path("./-") would become "-", stdin
+    if formats:  # a bad output directory or a collision fails now, not after transcribing
         ensure_output_dir(out_dir)
+        check_outputs(paths, out_dir, formats)
     model = load(model_options(args, options))
     failed = 0
     for path in paths:
         try:
             result = model.transcribe(
-                path, options, on_segment=_printer(args.verbose), progress=_progress_bar(path)
+                path, options, on_segment=_printer(args.verbose),
+                progress=_progress_bar(Path(path))
             )
         except UserError as e:
             if len(paths) == 1:
                 raise
-            print(f"tensorplan: error: {e}", file=sys.stderr)
+            print(f"tensorplan: error: {one_line(str(e))}", file=sys.stderr)
             failed += 1
             continue
         if not args.verbose:

@@ -21,6 +21,7 @@ import numpy as np
 from tensorplan.backends import make_backend
 from tensorplan.errors import ModelError, UserError
 from tensorplan.whisper.formats import load_model_files
+from tensorplan.whisper.limits import check_kv_budget
 from tensorplan.whisper.model import WhisperModel
 from tensorplan.whisper.model_options import DEFAULT_MAX_BATCH, ModelOptions
 from tensorplan.whisper.models import DEFAULT_MODEL
@@ -77,10 +78,10 @@ class Session:
     def _run(self, audio: Audio, options: TranscribeOptions | None,
              on_segment: SegmentCallback | None, progress: ProgressCallback | None,
              vad_options: VadOptions | None, overrides: dict[str, Any]) -> TranscriptionResult:
-        from tensorplan.whisper.audio import MelFrames, as_samples, load_audio
+        from tensorplan.whisper.audio import MelFrames, open_audio
 
         opts = dataclasses.replace(options or TranscribeOptions(), **overrides)
-        samples = as_samples(audio) if isinstance(audio, np.ndarray) else load_audio(audio)
+        samples = open_audio(audio, stream=opts.audio_stream)  # files streamed, arrays checked
         speech = None
         if opts.vad_filter:  # transcribe the speech only; its times are mapped back (vad.py)
             speech = SpeechOnly.find(samples, vad_options)
@@ -180,8 +181,10 @@ def load_model(name_or_path: str | os.PathLike[str] = DEFAULT_MODEL, *,
     `fields` are ModelOptions fields (or pass `options=`):
     compute_type: "int8" keeps every projection matrix and the token embedding as int8
       with per-row scales (faster-whisper's int8); "float32" computes as the reference.
-    backend: "numpy" (the reference), "torch" (PyTorch's CPU kernels over the same plan)
-      or "auto" (torch when installed).
+    backend: "numpy" (the reference), "torch" (PyTorch's CPU kernels over the same plan),
+      "device" (PyTorch tensors on `device`, CUDA graphs on a GPU) or "auto" (torch when
+      installed; device on cuda).
+    device: "cpu" or "cuda" (the device backend; float16 weight matrices).
     threads: CPU threads for every pool (None: this machine's cores).
     plan / strategy: how memory is planned ("joint" / "offline" by default).
     max_batch: the most sequences decoded together (beam size, best-of); sizes the KV
@@ -202,20 +205,19 @@ def load(opts: ModelOptions) -> Whisper:
     """The model `opts` describes, loaded and planned."""
     from tensorplan.backends import threads
 
-    if opts.device != "cpu":
-        raise UserError(f"--device {opts.device}: this build runs on the CPU only "
-                        "(use --device cpu)")
     threads.configure(opts.threads)
     try:
-        runner = make_backend(opts.backend)
+        runner = make_backend(opts.backend, opts.device)  # UserError: no such device here
     except (ImportError, ValueError) as e:  # torch missing, or no such backend
         raise UserError(f"backend {opts.backend!r}: {e}") from None
     weights, tokenizer = load_model_files(opts.model)  # CT2 dir, openai .pt or ggml .bin
     if len(tokenizer.vocab) != weights.dims.n_vocab:
         raise ModelError(f"{opts.model}: the tokenizer has {len(tokenizer.vocab)} tokens but "
                          f"the model's vocabulary has {weights.dims.n_vocab}")
+    max_batch = opts.max_batch or DEFAULT_MAX_BATCH
+    check_kv_budget(weights.dims, max_batch, opts.kv_dtype)  # before any arena is allocated
     model = WhisperModel(weights, tokenizer, weights.config, backend=runner, plan=opts.plan,
-                         strategy=opts.strategy, max_batch=opts.max_batch or DEFAULT_MAX_BATCH,
+                         strategy=opts.strategy, max_batch=max_batch,
                          kv_dtype=opts.kv_dtype, weights_dtype=opts.weights_dtype,
                          compute_type=opts.compute_type)
     return Whisper(model, opts.model, opts)

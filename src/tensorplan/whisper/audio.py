@@ -1,5 +1,5 @@
 """Audio in: decode any file to 16 kHz mono float32, and compute the log-mel features Whisper
-reads (reference/whisper.md §2.1).
+reads (openai-whisper's log-mel front end).
 
 Decoding uses PyAV (its wheels bundle ffmpeg). Frames are resampled as they are decoded by
 libswresample to signed 16-bit mono at 16 kHz, then divided by 32768: the same path as the
@@ -26,6 +26,7 @@ import os
 import stat
 import struct
 import sys
+from collections.abc import Iterator
 from functools import lru_cache
 from typing import IO, Any
 
@@ -35,6 +36,7 @@ import scipy.fft
 import scipy.sparse
 
 from tensorplan.errors import AudioError
+from tensorplan.files import describe_mode, quote
 
 SAMPLE_RATE = 16000
 N_FFT = 400  # 25 ms analysis window
@@ -57,49 +59,171 @@ MIN_SOURCE_RATE = 1000  # Hz; below this a tiny header would expand into hours a
 # --- decoding --------------------------------------------------------------------------------
 
 
-def as_samples(array: np.ndarray) -> np.ndarray:
-    """Samples given as an array -> mono float32 in [-1, 1]: float arrays as they are,
-    integer PCM scaled by its dtype (int16 / 32768, int32 / 2**31, uint8 (x - 128) / 128).
-    Raises ValueError for other dtypes, a shape that is not (n,), or a NaN/Inf sample
-    (named by its index: one would poison every window after it)."""
-    a = np.asarray(array)
-    if a.ndim != 1:
-        raise ValueError(f"audio samples must have shape (n,), got {a.shape}")
-    if a.dtype.kind == "f":
-        out = a.astype(np.float32, copy=False)
-    elif a.dtype in (np.int16, np.int32):
-        out = a.astype(np.float32) / np.float32(-np.iinfo(a.dtype).min)
-    elif a.dtype == np.uint8:
-        out = (a.astype(np.float32) - 128) / np.float32(128)
-    else:
-        raise ValueError(f"audio samples must be float, int16, int32 or uint8, not {a.dtype}")
-    bad = np.flatnonzero(~np.isfinite(out))
-    if bad.size:
-        raise ValueError(f"audio sample {bad[0]} is {out[bad[0]]} (not a finite number)")
+def load_audio(source: str | os.PathLike[str] | bytes, sr: int = SAMPLE_RATE,
+               stream: int | None = None) -> np.ndarray:
+    """Decode a file path, raw file bytes, or "-" (stdin, read whole) to mono float32
+    samples at `sr` Hz, all held (230 MB per hour); `open_audio` streams them instead.
+
+    `stream`: the index among the audio streams (default: ffmpeg's best one). Returns shape
+    (n_samples,). Raises AudioError naming the input for a missing, empty, unreadable,
+    truncated or non-audio input, no samples, NaN/Inf samples, or a sample rate below
+    MIN_SOURCE_RATE.
+    """
+    name, file = _open(source)
+    with file, _Decoder(file, name, sr, stream) as decoder:
+        declared = decoder.declared
+        samples = _Samples(int(min(declared or 30, _INITIAL_SECONDS_CAP) * sr) + sr)
+        for pcm in decoder.chunks():
+            samples.append(pcm)
+        return samples.result()
+
+
+def open_audio(audio: str | os.PathLike[str] | bytes | np.ndarray | StreamedAudio,
+               stream: int | None = None) -> np.ndarray | StreamedAudio:
+    """What `Whisper.transcribe` reads: a file (path, bytes, "-") as a `StreamedAudio`, which
+    never holds more than a few windows of samples; an array through `as_samples`."""
+    if isinstance(audio, StreamedAudio):
+        return audio
+    if isinstance(audio, np.ndarray):
+        return as_samples(audio)
+    return StreamedAudio(audio, stream=stream)
+
+
+def as_samples(array: Any) -> np.ndarray:
+    """Samples given to the API as 1-D float32 in [-1, 1]. Integer PCM is scaled by its
+    dtype (int16 / 32768, int32 / 2^31, uint8 (x - 128) / 128), as ffmpeg reads it; floats
+    are taken as they are. ValueError for another dtype or shape, or a NaN/inf sample."""
+    samples = np.asarray(array)
+    if samples.ndim != 1:
+        raise ValueError(f"audio must be 1-D mono samples, got shape {samples.shape}")
+    scale = _PCM_SCALES.get(samples.dtype.str.lstrip("<>|="))
+    if scale is not None:
+        offset, divisor = scale
+        out = samples.astype(np.float32) if offset == 0 else \
+            samples.astype(np.float32) - np.float32(offset)
+        return out / np.float32(divisor)
+    if samples.dtype.kind != "f":
+        raise ValueError(f"audio samples of dtype {samples.dtype} are not PCM: give float "
+                         "samples in [-1, 1], or int16, int32 or uint8 PCM")
+    out32 = samples if samples.dtype == np.float32 else samples.astype(np.float32)
+    finite = np.isfinite(out32)
+    if not finite.all():
+        at = int(np.argmin(finite))
+        raise ValueError(f"audio sample {at} is {out32[at]}: samples must be finite")
+    return out32
+
+
+_PCM_SCALES = {"i2": (0, 32768), "i4": (0, 2**31), "u1": (128, 128)}  # dtype: (offset, scale)
+
+
+class StreamedAudio:
+    """A file's 16 kHz mono samples, decoded again each time they are read from the start.
+
+    Opening decodes the whole file once, checking it (as `load_audio` does) and counting
+    its samples, but keeping none. Reads (`audio[lo:hi]`) then decode forward, holding the
+    samples from `KEEP_SECONDS` before the last read to its end: a window, its history and
+    one decoded frame, whatever the file's length. A read behind what is held decodes from
+    the start again (correct, slower); `MelFrames` reads forward twice (the maximum, then the
+    windows), so a transcription decodes the file three times. Bytes and stdin are held
+    compressed, as given. `np.asarray(audio)` decodes it whole (voice detection does).
+    """
+
+    KEEP_SECONDS = 60  # two windows: the seek loop never moves back more than one
+
+    def __init__(self, source: str | os.PathLike[str] | bytes, sr: int = SAMPLE_RATE,
+                 stream: int | None = None) -> None:
+        stdin = not isinstance(source, (bytes, bytearray, memoryview)) and \
+            os.fspath(source) == "-"
+        if stdin:
+            source = _read_stdin()
+        self.source, self.sr, self.stream = source, sr, stream
+        self.name = _source_name(source, stdin)
+        self.buf: np.ndarray = np.zeros(0, np.float32)  # samples [start, start + buf.size)
+        self.start = 0
+        self.chunks: Iterator[np.ndarray] = iter(())
+        self.size = 0
+        self.head = np.zeros(0, np.float32)  # the first N_FFT samples: the STFT reflects them
+        for pcm in self._pcm():
+            if self.head.size < N_FFT:
+                self.head = np.concatenate([self.head, _to_float(pcm[: N_FFT - self.head.size])])
+            self.size += pcm.size
+        self._reset()
+
+    def __len__(self) -> int:
+        return self.size
+
+    @property
+    def held(self) -> int:
+        """Samples in memory now (for tests of the bound)."""
+        return self.buf.size
+
+    def __getitem__(self, key: slice) -> np.ndarray:
+        if not isinstance(key, slice) or key.step not in (None, 1):
+            raise TypeError("StreamedAudio supports audio[lo:hi] only")
+        lo, hi, _ = key.indices(self.size)
+        if hi <= lo:
+            return np.zeros(0, np.float32)
+        if hi <= self.head.size:
+            return self.head[lo:hi]
+        if lo < self.start:
+            self._reset()
+        keep_from = lo - self.KEEP_SECONDS * self.sr  # what is held from now on
+        end = self.start + self.buf.size
+        first = max(self.start, min(keep_from, end))  # where the held samples will start
+        parts = [self.buf[first - self.start:]]
+        while end < hi:  # one concatenation per read: a copy per decoded frame is quadratic
+            pcm = next(self.chunks, None)
+            if pcm is None:
+                raise AudioError(f"{self.name}: changed while being read (fewer samples)")
+            if end + pcm.size <= keep_from:  # a read far ahead: skip, never hold, what it passes
+                first = end = end + pcm.size
+                parts = []
+                continue
+            parts.append(_to_float(pcm))
+            end += pcm.size
+        self.buf, self.start = np.concatenate(parts) if parts else self.buf[:0], first
+        return self.buf[lo - self.start : hi - self.start]
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        whole = load_audio(self.source, self.sr, self.stream)
+        return whole if dtype is None else np.asarray(whole, dtype)
+
+    def _reset(self) -> None:
+        self.chunks = self._pcm()
+        self.buf, self.start = np.zeros(0, np.float32), 0
+
+    def _pcm(self) -> Iterator[np.ndarray]:
+        _, file = _open(self.source)
+        with file, _Decoder(file, self.name, self.sr, self.stream) as decoder:
+            yield from decoder.chunks()
+
+
+def _source_name(source: str | os.PathLike[str] | bytes, stdin: bool) -> str:
+    if stdin:
+        return "<stdin>"
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return "<bytes>"
+    return quote(source)
+
+
+def _to_float(pcm: np.ndarray) -> np.ndarray:
+    # 1/32768 is a power of two, so this is exactly int16 / 32768
+    out: np.ndarray = np.multiply(pcm, np.float32(1 / 32768), dtype=np.float32)
     return out
 
 
-def load_audio(source: str | os.PathLike[str] | bytes, sr: int = SAMPLE_RATE) -> np.ndarray:
-    """Decode a file path, raw file bytes, or "-" (stdin, read whole) to mono float32
-    samples at `sr` Hz.
-
-    Returns shape (n_samples,). Raises AudioError naming the input for a missing, empty,
-    unreadable, truncated or non-audio input, no samples, NaN/Inf samples, or a sample rate
-    below MIN_SOURCE_RATE.
-    """
-    name, file = _open(source)
-    with file:
-        truncated = _wav_truncated(file)
-        if truncated:
-            raise AudioError(f"{name}: truncated WAV ({truncated})")
-        return _decode(file, name, sr)
+def _read_stdin() -> bytes:
+    data = sys.stdin.buffer.read()
+    if not data:
+        raise AudioError("<stdin>: empty input")
+    return data
 
 
 def _open(source: str | os.PathLike[str] | bytes) -> tuple[str, IO[bytes]]:
     if isinstance(source, (bytes, bytearray, memoryview)):
         data, name = bytes(source), "<bytes>"
-    elif os.fspath(source) == "-":  # also Path("-"), as the CLI passes it
-        data, name = sys.stdin.buffer.read(), "<stdin>"
+    elif os.fspath(source) == "-":  # only "-" itself: "./-" is a file named -
+        data, name = _read_stdin(), "<stdin>"
     else:
         return _open_path(os.fspath(source))
     if not data:
@@ -108,19 +232,22 @@ def _open(source: str | os.PathLike[str] | bytes) -> tuple[str, IO[bytes]]:
 
 
 def _open_path(path: str) -> tuple[str, IO[bytes]]:
+    name = quote(path)
     try:
         info = os.stat(path)
         if stat.S_ISDIR(info.st_mode):
-            raise AudioError(f"{path}: is a directory, not an audio file")
+            raise AudioError(f"{name}: is a directory, not an audio file")
         if info.st_size == 0 and stat.S_ISREG(info.st_mode):
-            raise AudioError(f"{path}: empty file")
-        return path, open(path, "rb")  # noqa: SIM115 (closed by load_audio's `with`)
+            raise AudioError(f"{name}: empty file")
+        if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode):  # /dev/zero never ends
+            raise AudioError(f"{name}: {describe_mode(info.st_mode)}, not an audio file")
+        return name, open(path, "rb")  # noqa: SIM115 (closed by the caller's `with`)
     except FileNotFoundError:
-        raise AudioError(f"{path}: no such file") from None
+        raise AudioError(f"{name}: no such file") from None
     except PermissionError:
-        raise AudioError(f"{path}: permission denied") from None
+        raise AudioError(f"{name}: permission denied") from None
     except OSError as e:
-        raise AudioError(f"{path}: cannot read: {e.strerror or e}") from None
+        raise AudioError(f"{name}: cannot read: {e.strerror or e}") from None
 
 
 def _wav_truncated(file: IO[bytes]) -> str | None:
@@ -152,38 +279,104 @@ def _wav_truncated(file: IO[bytes]) -> str | None:
     return problem
 
 
-def _decode(file: IO[bytes], name: str, sr: int) -> np.ndarray:
-    try:
-        container = av.open(file, mode="r", metadata_errors="ignore")
-    except (av.FFmpegError, EOFError, OSError, ValueError) as e:
-        raise AudioError(f"{name}: not a readable audio file ({_reason(e)})") from None
-    with container:
-        if not container.streams.audio:
-            raise AudioError(f"{name}: no audio stream")
-        stream = container.streams.audio[0]
-        declared = _declared_seconds(container, stream)
-        samples = _Samples(int(min(declared or 30, _INITIAL_SECONDS_CAP) * sr) + sr)
-        resampler = av.AudioResampler(format="s16", layout="mono", rate=sr)
+class _Decoder:
+    """One decoding pass over an opened file: `chunks()` yields int16 mono PCM at `sr`."""
+
+    def __init__(self, file: IO[bytes], name: str, sr: int, stream: int | None) -> None:
+        truncated = _wav_truncated(file)
+        if truncated:
+            raise AudioError(f"{name}: truncated WAV ({truncated})")
+        self.name, self.sr = name, sr
         try:
-            for frame in container.decode(stream):
+            self.container = av.open(file, mode="r", metadata_errors="ignore")
+        except (av.FFmpegError, EOFError, OSError, ValueError) as e:
+            raise AudioError(f"{name}: not a readable audio file ({_reason(e)})") from None
+        try:
+            self.stream = _pick_stream(self.container, name, stream)
+        except BaseException:
+            self.container.close()
+            raise
+        self.declared = _declared_seconds(self.container, self.stream)
+
+    def __enter__(self) -> _Decoder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.container.close()
+
+    def chunks(self) -> Iterator[np.ndarray]:
+        name, sr = self.name, self.sr
+        resampler = av.AudioResampler(format="s16", layout="mono", rate=sr)
+        n = 0
+        try:
+            for frame in self.container.decode(self.stream):
                 if frame.sample_rate < MIN_SOURCE_RATE:
                     raise AudioError(f"{name}: sample rate {frame.sample_rate} Hz is too low "
                                      f"for speech (at least {MIN_SOURCE_RATE} Hz)")
                 if frame.format.name in _FLOAT_FORMATS:
                     _check_finite(frame, name)
+                if len(frame.layout.channels) > _MAX_SWR_CHANNELS:
+                    frame = _downmix(frame)
                 for out in resampler.resample(frame):
-                    samples.append(out.to_ndarray())
+                    pcm = out.to_ndarray().reshape(-1)
+                    n += pcm.size
+                    yield pcm
             for out in resampler.resample(None):
-                samples.append(out.to_ndarray())
+                pcm = out.to_ndarray().reshape(-1)
+                n += pcm.size
+                yield pcm
         except (av.FFmpegError, EOFError, ValueError) as e:
-            at = samples.n / sr
-            raise AudioError(f"{name}: corrupt or truncated at {at:.2f} s ({_reason(e)})") from None
-    if samples.n == 0:
-        raise AudioError(f"{name}: no audio samples")
-    got = samples.n / sr
-    if declared is not None and got < 0.9 * declared and declared - got > 1.0:
-        raise AudioError(f"{name}: truncated: decoded {got:.2f} s of {declared:.2f} s declared")
-    return samples.result()
+            raise AudioError(f"{name}: corrupt or truncated at {n / sr:.2f} s "
+                             f"({_reason(e)})") from None
+        if n == 0:
+            raise AudioError(f"{name}: no audio samples")
+        got, declared = n / sr, self.declared
+        if declared is not None and got < 0.9 * declared and declared - got > 1.0:
+            raise AudioError(f"{name}: truncated: decoded {got:.2f} s of {declared:.2f} s "
+                             "declared")
+
+
+def _pick_stream(container: Any, name: str, index: int | None) -> Any:
+    """The audio stream `index` (counted among audio streams), else ffmpeg's choice
+    (av_find_best_stream: the default-disposition stream, then the most channels and bit
+    rate): what `ffmpeg -i FILE` transcodes, not merely the first, which may be silent
+    commentary or a blank track."""
+    streams = container.streams.audio
+    if not streams:
+        raise AudioError(f"{name}: no audio stream")
+    if index is None:
+        return container.streams.best("audio") or streams[0]
+    if not 0 <= index < len(streams):
+        raise AudioError(f"{name}: no audio stream {index} (--audio-stream): it has "
+                         f"{len(streams)}, numbered from 0")
+    return streams[index]
+
+
+def _downmix(frame: Any) -> Any:
+    """A frame of more channels than libswresample's layouts name, averaged to mono float.
+
+    Whatever the channel count (9, 32, 255), every channel counts equally, as a mono downmix
+    of unknown speaker positions should."""
+    planes = frame.to_ndarray().astype(np.float32)
+    n_channels = len(frame.layout.channels)
+    if frame.format.is_planar:
+        mixed = planes.mean(axis=0)
+    else:  # packed: one row of interleaved samples
+        mixed = planes.reshape(-1, n_channels).mean(axis=1)
+    kind = frame.format.name.rstrip("p")
+    if kind == "u8":
+        mixed = (mixed - 128) / 128
+    elif kind in _INT_FULL_SCALE:
+        mixed = mixed / float(_INT_FULL_SCALE[kind])
+    out = av.AudioFrame.from_ndarray(np.ascontiguousarray(mixed[None, :], np.float32),
+                                     format="flt", layout="mono")
+    out.sample_rate = frame.sample_rate
+    out.pts, out.time_base = frame.pts, frame.time_base
+    return out
+
+
+_MAX_SWR_CHANNELS = 8  # layouts libswresample downmixes by itself (7.1 and fewer)
+_INT_FULL_SCALE = {"s16": 32768, "s32": 2**31, "s64": 2**63}
 
 
 def _reason(e: BaseException) -> str:
@@ -286,8 +479,9 @@ class MelFrames:
     frames are still served, and only shape the frames near the end and the maximum).
     """
 
-    def __init__(self, audio: np.ndarray, n_mels: int = 80, padding: int = N_SAMPLES) -> None:
-        self.audio = _as_samples(audio)  # kept by reference, not copied
+    def __init__(self, audio: np.ndarray | StreamedAudio, n_mels: int = 80,
+                 padding: int = N_SAMPLES) -> None:
+        self.audio = _as_samples(audio)  # kept by reference, not copied; or read as streamed
         self.n_mels = n_mels
         self.padding = padding
         self.n_frames = self.audio.size // HOP_LENGTH  # content frames
@@ -319,7 +513,9 @@ class MelFrames:
         return out if stop - seek == n else np.pad(out, ((0, 0), (0, n - (stop - seek))))
 
 
-def _as_samples(audio: np.ndarray) -> np.ndarray:
+def _as_samples(audio: np.ndarray | StreamedAudio) -> Any:
+    if isinstance(audio, StreamedAudio):
+        return audio
     samples: np.ndarray = np.asarray(audio)
     if samples.ndim != 1:
         raise ValueError(f"audio must be 1-D samples, got shape {samples.shape}")
@@ -374,7 +570,10 @@ def _padded(audio: np.ndarray, padding: int, lo: int, hi: int) -> np.ndarray:
         if j0 < j1:
             src = _reflect(np.arange(j0, j1), length)
             inside = src < audio.size  # reflected indices landing in the zero padding stay 0
-            out[j0 + _PAD - lo : j1 + _PAD - lo][inside] = audio[src[inside]]
+            if inside.any():  # one slice, then local indices: `audio` may be StreamedAudio
+                first, last = int(src[inside].min()), int(src[inside].max())
+                span = audio[first : last + 1]
+                out[j0 + _PAD - lo : j1 + _PAD - lo][inside] = span[src[inside] - first]
     return out
 
 

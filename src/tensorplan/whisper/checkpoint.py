@@ -29,6 +29,7 @@ import mmap
 import pickle
 import struct
 import zipfile
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from tensorplan.errors import ModelError, UserError
-from tensorplan.whisper.models import _atomic
+from tensorplan.files import atomic_write
 from tensorplan.whisper.weights import ModelDims, map_file
 
 ZIP_MAGIC = b"PK\x03\x04"
@@ -89,7 +90,8 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
         with zipfile.ZipFile(path) as zf:
             root = _archive_root(zf, path)
             order = root + "byteorder"
-            if order in zf.namelist() and zf.read(order).strip() != b"little":
+            if order in zf.namelist() and (zf.getinfo(order).file_size > 64
+                                           or zf.read(order).strip() != b"little"):
                 raise ModelError(f"{path}: big-endian checkpoints are not supported")
             info = zf.getinfo(root + "data.pkl")
             if info.file_size > MAX_PICKLE_BYTES:
@@ -149,6 +151,11 @@ class _Unpickler(pickle.Unpickler):
         """A stored (uncompressed) entry as a uint8 view of the mapping."""
         info = self.zf.getinfo(name)
         if info.compress_type != zipfile.ZIP_STORED:
+            # torch stores entries uncompressed; a compressed one may be a bomb (a few KB
+            # declaring gigabytes), so it may inflate to at most twice the whole file
+            if info.file_size > 2 * len(self.buf):
+                raise ModelError(f"{self.path}: zip entry {name} inflates to "
+                                 f"{info.file_size} bytes, more than twice the file")
             return np.frombuffer(self.zf.read(info), np.uint8)
         fields = _LOCAL_HEADER.unpack_from(self.buf, info.header_offset)
         start = info.header_offset + _LOCAL_HEADER.size + fields[-2] + fields[-1]
@@ -207,9 +214,11 @@ def encode_heads(heads: Heads, dims: ModelDims) -> str:
 
 def decode_heads(text: Any, dims: ModelDims, path: Path) -> Heads:
     try:
-        raw = gzip.decompress(base64.b85decode(text))
+        want = dims.n_text_layer * dims.n_text_head
+        inflate = zlib.decompressobj(wbits=31)  # gzip; never past the mask's size
+        raw = inflate.decompress(base64.b85decode(text), want + 1)
         mask = np.frombuffer(raw, bool).reshape(dims.n_text_layer, dims.n_text_head)
-    except (ValueError, TypeError, OSError, EOFError) as e:
+    except (ValueError, TypeError, OSError, EOFError, zlib.error) as e:
         raise ModelError(f"{path}: alignment_heads is not a valid mask ({_reason(e)})") from None
     return tuple((int(layer), int(head)) for layer, head in np.argwhere(mask))
 
@@ -230,6 +239,6 @@ def write_checkpoint(path: str | Path, dims: ModelDims, tensors: Mapping[str, np
     checkpoint: dict[str, Any] = {"dims": dataclasses.asdict(dims), "model_state_dict": state}
     if alignment_heads is not None:
         checkpoint["alignment_heads"] = encode_heads(alignment_heads, dims)
-    with _atomic(path) as f:
+    with atomic_write(path, "model file", parents=True) as f:
         torch.save(checkpoint, f)
     return path

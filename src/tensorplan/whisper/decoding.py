@@ -1,4 +1,4 @@
-"""Decode one 30-second window into tokens (reference/whisper.md §2.3-§2.6).
+"""Decode one 30-second window into tokens, as openai-whisper does (docs/decoding.md).
 
 The session has already encoded the window (`session.encode(mel)`); decoding only runs the
 text decoder through an `Inference` session. The loop is assembled from small strategies:
@@ -12,12 +12,13 @@ import dataclasses
 import math
 import zlib
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from tensorplan.errors import UserError
 from tensorplan.whisper.options import DecodingOptions
 
 if TYPE_CHECKING:
@@ -382,18 +383,30 @@ def initial_tokens(tokenizer: Tokenizer, options: DecodingOptions, n_text_ctx: i
 
 
 def _encode(tokenizer: Tokenizer, text: str | Sequence[int]) -> list[int]:
-    return tokenizer.encode(" " + text.strip()) if isinstance(text, str) else list(text)
+    if isinstance(text, str):
+        return tokenizer.encode(" " + text.strip())
+    check_token_ids(text, tokenizer.n_vocab, "prompt")
+    return list(text)
 
 
 def suppressed_tokens(model: DecodingSession, suppress_tokens: Sequence[int]) -> list[int]:
     """Token ids never sampled: the given ids (-1: the non-speech symbols) and the specials."""
     tokenizer = model.tokenizer
     ids = {t for t in suppress_tokens if t >= 0}
+    check_token_ids(ids, model.dims.n_vocab, "suppress_tokens")
     if -1 in suppress_tokens:
         ids.update(model.config.suppress_ids or tokenizer.non_speech_tokens)
     ids.update((tokenizer.transcribe, tokenizer.translate, tokenizer.sot, tokenizer.sot_prev,
                 tokenizer.sot_lm, tokenizer.no_speech))
     return sorted(ids)
+
+
+def check_token_ids(ids: Iterable[int], n_vocab: int, what: str) -> None:
+    """UserError for an id outside the vocabulary (it would index past the logits)."""
+    bad = [t for t in ids if not 0 <= t < n_vocab]
+    if bad:
+        raise UserError(f"{what}: token id {bad[0]} is outside the vocabulary "
+                        f"(0 to {n_vocab - 1})")
 
 
 class DecodingTask:

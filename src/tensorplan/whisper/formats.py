@@ -5,7 +5,7 @@
 - whisper.cpp's ggml `.bin`: `ggml_file.read_ggml`.
 
 The last two use openai's tensor names. `openai_pieces(dims)` is the one table between the
-two naming schemes (reference/whisper.md §1.7-1.8): a CT2 tensor is one openai tensor, or the
+two naming schemes: a CT2 tensor is one openai tensor, or the
 row-wise concatenation of several (the fused Q/K/V and cross-attention K/V projections). The
 key bias openai lacks is zeros on the way in and dropped on the way out (a key bias adds the
 same q·b to every score of a query, so softmax ignores it). `ComposedModelBin` serves

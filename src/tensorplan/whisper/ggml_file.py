@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from tensorplan.errors import ModelError
-from tensorplan.whisper.models import _atomic
+from tensorplan.files import atomic_write
 from tensorplan.whisper.weights import ModelDims, map_file
 
 GGML_MAGIC = 0x67676D6C
@@ -199,7 +199,7 @@ def write_ggml(
     header += struct.pack("<2i", *filters.shape) + filters.tobytes()
     header += struct.pack("<i", len(tokens))
     header += b"".join(struct.pack("<i", len(t)) + t for t in tokens)
-    with _atomic(path) as f:
+    with atomic_write(path, "model file", parents=True) as f:
         f.write(header)
         for name, array in tensors:
             f.write(_tensor_record(name, array))

@@ -1,11 +1,12 @@
 """How much memory a planned Whisper model holds besides its weights, and where.
 
-`memory_report(model)` reads the model's pipeline (DESIGN.md, "Several graphs"): each
+`memory_report(model)` reads the model's pipeline (docs/plan-modes.md): each
 graph's compute buffer with its lower bound (`alloc.lower_bound`, the checker that shares
 no code with the planner), the KV caches, the dedicated handoff copies, the weights and the
 bytes copied per window. `whisper_cpp_reference(dims)` gives whisper.cpp's buffers for the
-same dims (reference/ggml-alloc.md §8.3, §9), and `arena_layout(model)` puts every planned
-tensor on a step x offset plane for `tensorplan plan --png`.
+same dims (its measured 1.8.5 buffers, or the closed forms of its allocator), and
+`arena_layout(model)` puts every planned tensor on a step x offset plane for
+`tensorplan plan --png`.
 
 Every byte is counted once: the cross-attention K/V that output and joint modes keep as
 OUTPUT tensors inside a compute buffer are taken out of that buffer's row (and its lower
@@ -272,13 +273,14 @@ def whisper_cpp_reference(dims: Dims, flash_attn: bool = False) -> tuple[Referen
     if _is_tiny(dims):
         return tuple(ReferenceRow(name, round(mb * MB), MEASURED) for name, mb in MEASURED_TINY_EN)
     fa = "on" if flash_attn else "off"
-    source = f"formula: ggml-alloc.md §9.2/§8.3, HEAD, flash attention {fa}"
+    source = f"formula: whisper.cpp's allocator, HEAD, flash attention {fa}"
     return tuple(ReferenceRow(name, n, source)
                  for name, n in whisper_cpp_formula(dims, flash_attn).items())
 
 
 def whisper_cpp_formula(dims: Dims, flash_attn: bool = False) -> dict[str, int]:
-    """ggml-alloc.md §9.2 (CPU, one buffer, ggml-alloc v3+) and §8.3 (HEAD KV, F16), bytes."""
+    """whisper.cpp's buffers in bytes: its CPU compute buffers (one buffer, ggml-alloc v3+)
+    and its HEAD-era float16 KV caches, in closed form."""
     n, e, mels = dims.n_audio_ctx, dims.n_audio_state, dims.n_mels
     layers, d, t = dims.n_text_layer, dims.n_text_state, dims.n_text_ctx
     u = n * e * 4  # one f32 (n_audio_ctx, n_audio_state) activation

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 from tensorplan import dtype as dt
 from tensorplan import ops
@@ -21,8 +20,10 @@ from tensorplan.graph import Graph
 from tensorplan.pipeline import Pipeline
 from tensorplan.tensor import Tensor
 from tensorplan.whisper import graphs
-from tensorplan.whisper.params import WEIGHT_DTYPES, ComputeWeights
+from tensorplan.whisper.params import WEIGHT_DTYPES, ComputeWeights, StoredWeights
+from tensorplan.whisper.tokenizer import Tokenizer
 from tensorplan.whisper.weights import ModelDims as Dims
+from tensorplan.whisper.weights import WhisperConfig
 
 log = logging.getLogger("tensorplan.whisper")
 
@@ -61,7 +62,8 @@ class AlignGraph:
 class WhisperModel:
     """One model on one backend, planned once per graph shape; read-only once built."""
 
-    def __init__(self, weights: Any, tokenizer: Any, config: Any, *, backend: Backend,
+    def __init__(self, weights: StoredWeights, tokenizer: Tokenizer, config: WhisperConfig, *,
+                 backend: Backend,
                  plan: str = "joint", strategy: str = "offline", max_batch: int = 5,
                  kv_dtype: str = "float32", weights_dtype: str = "float32",
                  compute_type: str = "float32") -> None:
@@ -176,9 +178,9 @@ class WhisperModel:
                                   joint=False)
         rows = ops.input((HEAD_ROWS,), dt.int32, "head_rows")
         logits = graphs.build_head(self.param, ops.ref(hidden, "hidden"), rows)
-        head = self.pipeline.add(f"align_head[n{n_tok}]", [logits], group="align_head",
-                                 joint=False)
-        return AlignGraph(n_tok, inp, tuple(heads), trunk.graph, rows, logits, head.graph)
+        head_stage = self.pipeline.add(f"align_head[n{n_tok}]", [logits], group="align_head",
+                                       joint=False)
+        return AlignGraph(n_tok, inp, tuple(heads), trunk.graph, rows, logits, head_stage.graph)
 
     def decoder(self, n_batch: int, n_tok: int, n_rows: int) -> DecoderGraph:
         """The smallest planned decoder graph that fits (n_batch, n_tok, n_rows)."""

@@ -19,7 +19,7 @@ PlanMode = Literal["dedicated", "output", "joint"]
 Strategy = Literal["offline", "ggml"]
 Precision = Literal["float32", "float16"]
 ComputeType = Literal["float32", "int8"]
-BackendName = Literal["auto", "numpy", "torch"]
+BackendName = Literal["auto", "numpy", "torch", "device"]
 Device = Literal["cpu", "cuda"]
 MAX_THREADS = 1024
 DEFAULT_MAX_BATCH = 5  # beam 5 and best-of 5, the decoding defaults
@@ -36,8 +36,10 @@ class ModelOptions:
         "the reference", group="model")
     backend: BackendName = _opt(
         "auto", "kernels: numpy (the reference), torch (PyTorch's CPU kernels over the same "
-        "plan); auto picks torch when it is installed", group="model")
-    device: Device = _opt("cpu", "where the graphs run", group="model")
+        "plan), device (PyTorch tensors on --device, CUDA graphs on a GPU); auto picks torch "
+        "when it is installed, and device on cuda", group="model")
+    device: Device = _opt("cpu", "where the graphs run: cuda runs the device backend "
+                          "(float16 weights, CUDA graphs)", group="model")
     threads: int | None = _opt(
         None, "CPU threads for every pool (BLAS, PyTorch, onnxruntime); none or 0: this "
         "machine's cores", group="model")

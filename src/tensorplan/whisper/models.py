@@ -25,13 +25,10 @@ import json
 import os
 import re
 import shutil
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import IO
 
 from tensorplan.errors import ModelError
+from tensorplan.files import atomic_write
 
 DEFAULT_MODEL = "tiny.en"
 MODEL_FILES = (
@@ -170,11 +167,11 @@ def _join_parts(parts: list[Path], dest: Path) -> None:
             return
     except (OSError, ValueError):
         pass  # absent or stale: rebuild below
-    with _atomic(dest) as out:
+    with atomic_write(dest, "model file", parents=True) as out:
         for part in parts:
             with part.open("rb") as src:
                 shutil.copyfileobj(src, out, _COPY_CHUNK)
-    with _atomic(stamp) as out:
+    with atomic_write(stamp, "model file", parents=True) as out:
         out.write(json.dumps(sources).encode())
 
 
@@ -182,26 +179,5 @@ def _copy_if_changed(src: Path, dest: Path) -> None:
     if dest.is_file() and dest.stat().st_size == src.stat().st_size:
         if dest.stat().st_mtime_ns >= src.stat().st_mtime_ns:
             return
-    with _atomic(dest) as out, src.open("rb") as f:
+    with atomic_write(dest, "model file", parents=True) as out, src.open("rb") as f:
         shutil.copyfileobj(f, out, _COPY_CHUNK)
-
-
-@contextmanager
-def _atomic(path: Path) -> Iterator[IO[bytes]]:
-    """Write to a temporary file beside `path`; rename over it only if the block succeeds.
-
-    Never rewrite a model in place: a process that has the old file memory-mapped would fault
-    (SIGBUS) on truncated pages, while a renamed-over file stays valid for it.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise

@@ -4,7 +4,7 @@ The frozen dataclasses below are the one source of truth: each field's default, 
 help text generate the CLI flags (`add_arguments`), which read back with `from_args`.
 Flags are kebab-case versions of openai-whisper's names (`--beam-size`, `--no-speech-threshold`).
 
-Defaults, chosen deliberately (reference/whisper.md §2.11):
+Defaults, chosen deliberately (docs/decoding.md):
 - `beam_size=5`, `best_of=5`, as the openai CLI, faster-whisper and whisper.cpp all do (only
   openai's Python API defaults to greedy). Our output then matches the tools users compare us
   with, and speed comparisons with them are like for like. `beam_size=None` selects greedy.
@@ -21,17 +21,29 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import types
 import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, Union
 
+import numpy as np
+
 from tensorplan.errors import UserError
+from tensorplan.whisper.limits import (
+    MAX_PATIENCE,
+    MAX_SEED,
+    MAX_SEQUENCES,
+    MAX_TEMPERATURE,
+    MIN_TEMPERATURE,
+)
 
 Task = Literal["transcribe", "translate"]
 PREPEND_PUNCTUATIONS = "\"'“¿([{-"
 APPEND_PUNCTUATIONS = "\"'.。,，!！?？:：”)]}、"
+CHUNK_SECONDS = 30  # one model window
+MAX_SAMPLE_LEN = 1 << 16  # a sanity bound: decoding stops at the model's context (448) anyway
 
 
 def _opt(default: Any, help: str, **cli: Any) -> Any:
@@ -71,18 +83,70 @@ class SearchOptions:
     max_initial_timestamp: float | None = _opt(1.0, "latest first timestamp in seconds")
 
     def __post_init__(self) -> None:
-        def check(ok: bool, message: str) -> None:
-            if not ok:
-                raise ValueError(message)
-
+        # Every number is checked here, once, so the CLI, the API and batch workers refuse
+        # the same values with the same message (flag names: the CLI spells them with dashes).
         check(self.task in ("transcribe", "translate"), f"unknown task {self.task!r}")
-        check(self.beam_size is None or self.beam_size >= 1, "beam_size must be at least 1")
-        check(self.best_of is None or self.best_of >= 1, "best_of must be at least 1")
-        check(self.sample_len is None or self.sample_len >= 1, "sample_len must be at least 1")
-        check(self.patience is None or self.patience > 0, "patience must be positive")
+        check_int(self, "beam_size", 1, MAX_SEQUENCES, optional=True)
+        check_int(self, "best_of", 1, MAX_SEQUENCES, optional=True)
+        check_int(self, "sample_len", 1, MAX_SAMPLE_LEN, optional=True)
+        check_int(self, "seed", 0, MAX_SEED)
+        check_float(self, "patience", optional=True)
+        check(self.patience is None or 0 < self.patience <= MAX_PATIENCE,
+              f"patience must be in (0, {MAX_PATIENCE:g}], got {self.patience}")
         check(self.patience is None or self.beam_size is not None, "patience needs beam_size")
+        check_float(self, "length_penalty", optional=True)
         check(self.length_penalty is None or 0 <= self.length_penalty <= 1,
               "length_penalty must be between 0 and 1")
+        check(isinstance(self.suppress_tokens, tuple)
+              and all(_is_int(t) and t >= -1 for t in self.suppress_tokens),
+              f"suppress_tokens must be token ids (-1: the non-speech symbols), got "
+              f"{_short(self.suppress_tokens)}")
+        check_float(self, "max_initial_timestamp", optional=True)
+        check(self.max_initial_timestamp is None
+              or 0 <= self.max_initial_timestamp <= CHUNK_SECONDS,
+              f"max_initial_timestamp must be between 0 and {CHUNK_SECONDS} seconds, got "
+              f"{self.max_initial_timestamp}")
+
+
+def check(ok: Any, message: str) -> None:  # Any: numpy comparisons give numpy bools
+    if not ok:
+        raise ValueError(message)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
+def check_int(options: Any, name: str, lo: int, hi: int, optional: bool = False) -> None:
+    value = getattr(options, name)
+    if value is None and optional:
+        return
+    check(_is_int(value) and lo <= value <= hi,
+          f"{name} must be an integer from {lo} to {hi}, got {_short(value)}")
+
+
+def check_float(options: Any, name: str, optional: bool = False) -> None:
+    """A real, finite number (NaN compares false with everything, so range checks alone
+    would let it through; inf overflows the sizes computed from it)."""
+    value = getattr(options, name)
+    if value is None and optional:
+        return
+    check(isinstance(value, int | float | np.integer | np.floating)
+          and not isinstance(value, bool) and math.isfinite(value),
+          f"{name} must be a finite number, got {_short(value)}")
+
+
+def check_temperature(value: Any, name: str = "temperature") -> None:
+    check(isinstance(value, int | float | np.integer | np.floating)
+          and not isinstance(value, bool) and math.isfinite(value)
+          and (value == 0 or MIN_TEMPERATURE <= value <= MAX_TEMPERATURE),
+          f"{name} must be 0 or between {MIN_TEMPERATURE:g} and {MAX_TEMPERATURE:g}, "
+          f"got {_short(value)}")
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,8 +159,10 @@ class DecodingOptions(SearchOptions):
 
     def __post_init__(self) -> None:
         SearchOptions.__post_init__(self)
-        if self.temperature < 0:
-            raise ValueError("temperature must not be negative")
+        check_temperature(self.temperature)
+        check(self.prompt is None or isinstance(self.prompt, str)
+              or all(_is_int(t) and t >= 0 for t in self.prompt),
+              "prompt must be text or token ids")
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,14 +200,31 @@ class TranscribeOptions(SearchOptions):
     hallucination_silence_threshold: float | None = _opt(
         None, "with word timestamps: skip silences longer than this many seconds around a "
               "possible hallucination")
+    # input
+    audio_stream: int | None = _opt(
+        None, "which audio stream of a file to read, from 0 (default: ffmpeg's choice)")
     # voice activity detection (whisper/vad.py)
     vad_filter: bool = _opt(
         False, "transcribe only the speech Silero VAD finds (needs onnxruntime and silero-vad)")
 
     def __post_init__(self) -> None:
         SearchOptions.__post_init__(self)
-        if not self.temperature or min(self.temperature) < 0:
-            raise ValueError("temperature needs one or more values, none negative")
+        check(isinstance(self.temperature, tuple) and 1 <= len(self.temperature) <= 100,
+              "temperature needs one to 100 values")
+        for t in self.temperature:
+            check_temperature(t)
+        for name in ("compression_ratio_threshold", "logprob_threshold", "no_speech_threshold",
+                     "hallucination_silence_threshold"):
+            check_float(self, name, optional=True)
+        check(self.no_speech_threshold is None or 0 <= self.no_speech_threshold <= 1,
+              f"no_speech_threshold is a probability, between 0 and 1; got "
+              f"{self.no_speech_threshold}")
+        check(self.hallucination_silence_threshold is None
+              or self.hallucination_silence_threshold > 0,
+              "hallucination_silence_threshold must be positive")
+        check_float(self, "prompt_reset_on_temperature")
+        check_int(self, "audio_stream", 0, 1 << 16, optional=True)
+        check_clips(self.clip_timestamps)
         if self.hallucination_silence_threshold is not None and not self.word_timestamps:
             raise ValueError("hallucination_silence_threshold needs word_timestamps")
         if self.vad_filter and self.clip_timestamps:  # clip times: original or speech-only?
@@ -154,6 +237,24 @@ class TranscribeOptions(SearchOptions):
         shared["prefix"] = prefix
         return DecodingOptions(**shared, temperature=temperature,
                                prompt=tuple(prompt) if prompt else None)
+
+
+def check_clips(clips: Any) -> None:
+    """start,end,start,end,... seconds: finite, non-negative, each span non-empty and after
+    the one before (the seek loop only moves forward; a lone last start runs to the end)."""
+    check(isinstance(clips, tuple) and len(clips) <= 2 * 100_000,
+          "clip_timestamps must be a list of seconds")
+    for t in clips:
+        check(isinstance(t, int | float | np.integer | np.floating) and not isinstance(t, bool)
+              and math.isfinite(t) and t >= 0,
+              f"clip_timestamps must be finite, non-negative seconds, got {_short(t)}")
+    for i in range(1, len(clips)):
+        if i % 2:  # an end after its start
+            check(clips[i] > clips[i - 1], f"clip_timestamps: span {i // 2 + 1} ends at "
+                  f"{clips[i]} s, not after its start {clips[i - 1]} s")
+        else:  # a start at or after the previous end
+            check(clips[i] >= clips[i - 1], f"clip_timestamps: span {i // 2 + 1} starts at "
+                  f"{clips[i]} s, before the previous span ends ({clips[i - 1]} s)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -205,8 +306,12 @@ def from_args(cls: type[OptionsT], args: argparse.Namespace) -> OptionsT:
     values = {name: getattr(args, name) for name in names if hasattr(args, name)}
     try:
         return cls(**values)
-    except ValueError as e:
-        raise UserError(str(e)) from None
+    except ValueError as e:  # messages open with the field's name: say the flag instead
+        first, _, rest = str(e).partition(" ")
+        field_name = first.rstrip(":")
+        if field_name in names:
+            first = flag_name(field_name) + first[len(field_name):]
+        raise UserError(f"{first} {rest}") from None
 
 
 def to_argv(options: Any) -> list[str]:

@@ -8,7 +8,7 @@ its own that all sessions of the model read and none writes.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -16,9 +16,28 @@ from tensorplan import ops
 from tensorplan.backends.base import Backend
 from tensorplan.tensor import Tensor
 from tensorplan.whisper.quantize import COMPUTE_TYPES, is_quantized, quantize_rows
+from tensorplan.whisper.weights import ModelDims
 
 EMBEDDING = "decoder/embeddings/weight"  # the token embedding, tied to the logits
 WEIGHT_DTYPES = ("float32", "float16")
+
+
+class _Releasing(Protocol):
+    def release(self, name: str) -> None:
+        """Drop the stored copy of `name` once its compute form exists."""
+        ...
+
+
+class StoredWeights(Protocol):
+    """Weights as a file holds them (weights.WhisperWeights; random_weights for benches)."""
+
+    @property
+    def dims(self) -> ModelDims: ...
+
+    @property
+    def model(self) -> _Releasing: ...
+
+    def get(self, name: str, dtype: Any = None) -> np.ndarray: ...
 
 
 class ComputeWeights:
@@ -26,7 +45,7 @@ class ComputeWeights:
     (graphs are built once, at load, so this runs on one thread) and released from the
     stored model afterwards."""
 
-    def __init__(self, stored: Any, backend: Backend, *, compute_type: str = "float32",
+    def __init__(self, stored: StoredWeights, backend: Backend, *, compute_type: str = "float32",
                  weights_dtype: str = "float32") -> None:
         if compute_type not in COMPUTE_TYPES:
             raise ValueError(f"compute_type must be one of {', '.join(COMPUTE_TYPES)}")

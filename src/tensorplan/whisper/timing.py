@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from tensorplan.errors import UserError
 from tensorplan.whisper.options import (
     APPEND_PUNCTUATIONS,
     PREPEND_PUNCTUATIONS,
@@ -391,6 +392,10 @@ class WordAligner:
     """
 
     def __init__(self, model: AligningModel, options: TranscribeOptions) -> None:
+        config = getattr(model, "config", None)
+        if config is not None and not config.alignment_heads:  # nothing to align with
+            raise UserError("word timestamps need alignment heads, and this model's "
+                            "config.json lists none (alignment_heads: [])")
         self.model, self.options = model, options
         self.last_speech_timestamp = 0.0  # openai's: where speech last ended, for the pause rule
         self.floor = 0.0  # end of the last word emitted: no later word starts before it

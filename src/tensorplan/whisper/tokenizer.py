@@ -21,6 +21,7 @@ from typing import Any
 import tokenizers
 
 from tensorplan.errors import ModelError, UserError
+from tensorplan.files import MAX_MODEL_TEXT_BYTES, read_text
 
 # openai-whisper's LANGUAGES, in the order of the <|xx|> tokens after <|startoftranscript|>.
 LANGUAGES: dict[str, str] = {
@@ -431,7 +432,26 @@ def load_tokenizer(model_dir: str | os.PathLike[str]) -> Tokenizer:
             getattr(tokenizer, name)
     except ModelError as e:
         raise ModelError(f"{path}: {e}") from None
+    _check_kind(tokenizer, path)
     return tokenizer
+
+
+ENGLISH_N_VOCAB = 51864  # every English-only Whisper; multilingual ones have 51865 or more
+
+
+def _check_kind(tokenizer: Tokenizer, path: Path) -> None:
+    """The BPE's kind (GPT-2's English BPE holds <|endoftext|>) must agree with the vocabulary
+    size openai-whisper's rule reads it from: a tokenizer.json that lost <|endoftext|> from an
+    English BPE otherwise decodes as multilingual, into an empty or wrong transcript.
+    Vocabularies smaller than Whisper's (test models) have no rule to check against."""
+    n_vocab = tokenizer.n_vocab
+    if n_vocab < ENGLISH_N_VOCAB or tokenizer.is_multilingual == (n_vocab > ENGLISH_N_VOCAB):
+        return
+    if tokenizer.is_multilingual:
+        raise ModelError(f"{path}: the BPE vocabulary has no <|endoftext|>, as a multilingual "
+                         f"model's, but {n_vocab} tokens is an English-only vocabulary")
+    raise ModelError(f"{path}: the BPE vocabulary holds <|endoftext|>, as an English-only "
+                     f"model's, but {n_vocab} tokens is a multilingual vocabulary")
 
 
 def _library_failure(e: BaseException) -> bool:
@@ -444,17 +464,22 @@ def _first_line(e: BaseException) -> str:
     return str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
-def _read_json(path: Path, *, required: bool) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        if required:
-            raise ModelError(f"{path}: missing; the model directory needs this file") from None
+def _read_text(path: Path) -> str | None:
+    """A model text file (bounded: a FIFO or /dev/zero is refused), or None if absent."""
+    if not os.path.lexists(path):
         return None
-    except UnicodeDecodeError:
-        raise ModelError(f"{path}: not UTF-8 text") from None
-    except OSError as e:
-        raise ModelError(f"{path}: cannot read ({e.strerror})") from None
+    try:
+        return read_text(path, MAX_MODEL_TEXT_BYTES, "model file")
+    except UserError as e:
+        raise ModelError(str(e)) from None
+
+
+def _read_json(path: Path, *, required: bool) -> Any:
+    text = _read_text(path)
+    if text is None:
+        if required:
+            raise ModelError(f"{path}: missing; the model directory needs this file")
+        return None
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
@@ -508,12 +533,9 @@ def _vocabulary_file(model_dir: Path) -> tuple[list[str] | None, Path | None]:
             raise ModelError(f"{json_path}: expected a JSON list of token strings")
         return tokens, json_path
     txt_path = model_dir / "vocabulary.txt"
-    try:
-        text = txt_path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    text = _read_text(txt_path)
+    if text is None:
         return None, None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ModelError(f"{txt_path}: cannot read as UTF-8 text ({e})") from None
     lines = text.split("\n")  # not splitlines(): byte-level tokens may hold U+0085 etc.
     return (lines[:-1] if lines[-1] == "" else lines), txt_path
 

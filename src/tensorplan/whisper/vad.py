@@ -323,7 +323,8 @@ class SpeechOnly:
     ts_map: SpeechTimestampsMap
 
     @classmethod
-    def find(cls, audio: np.ndarray, options: VadOptions | None = None) -> SpeechOnly:
+    def find(cls, audio: Any, options: VadOptions | None = None) -> SpeechOnly:
+        """`audio`: samples, or an audio.StreamedAudio (read whole for the detection)."""
         chunks = tuple(get_speech_timestamps(audio, options))
         return cls(chunks, collect_chunks(audio, chunks), SpeechTimestampsMap(chunks))
 

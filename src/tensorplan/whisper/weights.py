@@ -10,7 +10,7 @@ The mapping stays open while the `ModelBin` or any view of it is alive.
 Validation happens before anything is allocated: every count, length and shape is checked
 against the bytes the file has left, so a corrupt or hostile file costs at most its own size.
 Every problem is a `ModelError` whose one-line message starts with the file's path.
-Format reference: shared/reference/whisper.md §1.
+The format is CTranslate2's model.bin (little-endian, no padding; see read_model_bin).
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import DTypeLike
 
-from tensorplan.errors import ModelError
+from tensorplan.errors import ModelError, UserError
+from tensorplan.files import MAX_MODEL_TEXT_BYTES, open_regular, read_bytes
 from tensorplan.whisper.models import DEFAULT_MODEL, resolve_model
 
 MAX_BINARY_VERSION = 6
@@ -37,7 +38,6 @@ MAX_RANK = 8  # CT2 never writes more than 4; anything above 8 is corruption
 WHISPER_SPEC = "WhisperSpec"
 MAX_WHISPER_REVISION = 3
 INT16_DEFAULT_SCALE = 1000.0  # CT2's global int16 scale, for old int16 files without a scale
-MAX_CONFIG_BYTES = 16 << 20  # config.json is ~2 KB; refuse to parse something absurd
 # What the rest of the engine can run: the audio front end computes 80 or 128 mel bins and
 # 3000 frames per window (1500 encoder positions after conv2's stride 2), and every Whisper
 # decodes at most 448 tokens. Bounding n_text_ctx also bounds the KV cache to a small
@@ -180,8 +180,10 @@ class ModelBin:
         if end > start:
             self._buf.madvise(mmap.MADV_DONTNEED, start, end - start)
 
-    def get(self, name: str, dtype: DTypeLike | None = None) -> np.ndarray:
+    def get(self, name: str, dtype: DTypeLike | None = None, *,
+            check_finite: bool = True) -> np.ndarray:
         """A variable's values: as stored (a view) unless it needs widening or `dtype` asks.
+        Float values must be finite (ModelError), unless the caller checks them itself.
 
         bfloat16 becomes float32, quantized int8/int16 weights are dequantized to float32,
         and everything else (float16 included) stays as stored. With `dtype`, the result is
@@ -197,7 +199,19 @@ class ModelBin:
             fresh = False
         if dtype is not None and (not fresh or values.dtype != np.dtype(dtype)):
             values = values.astype(dtype)
+        if check_finite and values.dtype.kind == "f":
+            self._check_finite(name, values)
         return values
+
+    def _check_finite(self, name: str, values: np.ndarray) -> None:
+        """NaN or inf in a weight makes every output NaN: silently wrong text. Checked in
+        blocks, so the temporary is bounded whatever the tensor's size."""
+        flat = values.reshape(-1)
+        for start in range(0, flat.size, _FINITE_BLOCK):
+            block = flat[start:start + _FINITE_BLOCK]
+            if not np.isfinite(block).all():
+                at = start + int(np.argmin(np.isfinite(block)))
+                raise self.error(f"{name} holds a NaN or infinite value (element {at})")
 
     def scalar(self, name: str, default: int | float | None = None) -> int | float:
         """A rank-0 flag or hyper-parameter (num_heads, pre_norm, ...) as a Python number."""
@@ -206,7 +220,7 @@ class ModelBin:
         v = self.resolve(name)
         if math.prod(v.shape) != 1:
             raise self.error(f"{name} should be a scalar but has shape {v.shape}")
-        value: int | float = self.get(name).reshape(()).item()
+        value: int | float = self.get(name, check_finite=False).reshape(()).item()
         return value
 
     def _scale(self, v: Variable) -> np.ndarray:
@@ -216,13 +230,16 @@ class ModelBin:
             if v.dtype == "int16":
                 return np.asarray(INT16_DEFAULT_SCALE, np.float32)
             raise self.error(f"int8 weight {v.name} has no {scale_name}")
-        scale = self.get(scale_name, np.float32)
+        scale = self.get(scale_name, np.float32, check_finite=False)
         want = (v.shape[0],) if v.dtype == "int8" else ()
         if scale.size != math.prod(want):
             raise self.error(f"{scale_name} has shape {scale.shape}, expected {want}")
         if not (np.isfinite(scale).all() and scale.all()):  # else inf/NaN weights
             raise self.error(f"{scale_name} holds a zero, infinite or NaN scale")
         return scale.reshape(want)
+
+
+_FINITE_BLOCK = 1 << 20  # elements per finiteness check
 
 
 def dequantize(q: np.ndarray, scale: np.ndarray | float) -> np.ndarray:
@@ -268,13 +285,19 @@ def read_model_bin(path: str | Path, spec: str | None = WHISPER_SPEC) -> ModelBi
 def map_file(path: Path, kind: str = "a model.bin") -> mmap.mmap:
     """A read-only memory map of a model file; every failure is a one-line ModelError.
     `kind` names what was expected, for the message about a directory."""
+    if path.is_dir():
+        raise ModelError(f"{path}: is a directory, not {kind}")
+    if not path.exists():
+        raise ModelError(f"{path}: no such file")
     try:
-        with path.open("rb") as f:
+        with open_regular(path, "model file") as f:  # a FIFO or device: refused, not blocked on
             if os.fstat(f.fileno()).st_size == 0:
                 raise ModelError(f"{path}: empty file")
             return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    except FileNotFoundError:
-        raise ModelError(f"{path}: no such file") from None
+    except ModelError:
+        raise
+    except UserError as e:
+        raise ModelError(str(e)) from None
     except IsADirectoryError:
         raise ModelError(f"{path}: is a directory, not {kind}") from None
     except OSError as e:
@@ -488,6 +511,12 @@ def _split(fused: Linear, parts: int) -> list[Linear]:
     ]
 
 
+# tiny, base, small, medium, large (and turbo): n_state; every one has 64-wide heads. A model
+# of another width is a custom one, whose head count nothing here can check.
+RELEASED_WIDTHS = (384, 512, 768, 1024, 1280)
+RELEASED_HEAD_WIDTH = 64
+
+
 def infer_dims(model: ModelBin) -> ModelDims:
     """ModelDims from variable shapes and the num_heads scalars."""
 
@@ -525,6 +554,11 @@ def infer_dims(model: ModelBin) -> ModelDims:
     ):
         if heads <= 0 or state % heads:
             raise model.error(f"{side}: {heads} heads do not divide the width {state}")
+        if state in RELEASED_WIDTHS and state // heads != RELEASED_HEAD_WIDTH:
+            # a wrong count that divides the width still runs, producing fluent garbage
+            raise model.error(f"{side}: {heads} heads for width {state}; every released "
+                              f"Whisper model of this width has {state // RELEASED_HEAD_WIDTH} "
+                              f"({RELEASED_HEAD_WIDTH}-wide heads)")
     _check_supported(model, dims)
     return dims
 
@@ -606,9 +640,9 @@ def read_config(path: str | Path, dims: ModelDims) -> WhisperConfig:
         )
         return WhisperConfig(heads, (), (), ())
     try:
-        if path.stat().st_size > MAX_CONFIG_BYTES:
-            raise ModelError(f"{path}: {path.stat().st_size} bytes is too large for a config")
-        data = json.loads(path.read_bytes())
+        data = json.loads(read_bytes(path, MAX_MODEL_TEXT_BYTES, "config"))
+    except UserError as e:  # a FIFO, a device, too large
+        raise ModelError(str(e)) from None
     except RecursionError:
         raise ModelError(f"{path}: not valid JSON (nested too deeply)") from None
     except (OSError, UnicodeDecodeError, ValueError) as e:
@@ -619,12 +653,14 @@ def read_config(path: str | Path, dims: ModelDims) -> WhisperConfig:
     for layer, head in heads:
         if not (0 <= layer < dims.n_text_layer and 0 <= head < dims.n_text_head):
             raise ModelError(f"{path}: alignment head ({layer}, {head}) is outside the model")
-    return WhisperConfig(
-        alignment_heads=heads,
-        lang_ids=tuple(_int_list(data, "lang_ids", path)),
-        suppress_ids=tuple(_int_list(data, "suppress_ids", path)),
-        suppress_ids_begin=tuple(_int_list(data, "suppress_ids_begin", path)),
-    )
+    ids = {key: tuple(_int_list(data, key, path))
+           for key in ("lang_ids", "suppress_ids", "suppress_ids_begin")}
+    for key, values in ids.items():  # an id past the vocabulary would index past the logits
+        bad = [t for t in values if not 0 <= t < dims.n_vocab]
+        if bad:
+            raise ModelError(f"{path}: {key} holds token id {bad[0]}, outside the vocabulary "
+                             f"(0 to {dims.n_vocab - 1})")
+    return WhisperConfig(alignment_heads=heads, **ids)
 
 
 def _int_list(data: dict[str, Any], key: str, path: Path, pairs: bool = False) -> list[Any]:

@@ -10,13 +10,13 @@ import json
 import math
 import os
 import re
-import secrets
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 from tensorplan.errors import UserError
+from tensorplan.files import quote, same_file, write_atomic
 from tensorplan.whisper.result import Segment, TranscriptionResult, Word
 
 FORMATS = ("txt", "vtt", "srt", "tsv", "json")  # what "all" means
@@ -86,12 +86,36 @@ def write_outputs(
     texts = {fmt: render(result, fmt, options) for fmt in parse_formats(formats)}
     output_dir = Path(output_dir)
     ensure_output_dir(output_dir)
+    check_outputs([audio_path], output_dir, tuple(texts))
     paths = []
     for fmt, text in texts.items():
-        path = output_dir / f"{Path(audio_path).stem}.{fmt}"
-        _write_atomic(path, text.encode("utf-8"))
+        path = output_path(audio_path, output_dir, fmt)
+        write_atomic(path, text.encode("utf-8"))
         paths.append(path)
     return paths
+
+
+def output_path(audio_path: str | os.PathLike[str], output_dir: Path, fmt: str) -> Path:
+    return output_dir / f"{Path(audio_path).stem}.{fmt}"
+
+
+def check_outputs(audio_paths: Sequence[str | os.PathLike[str]], output_dir: Path,
+                  formats: Sequence[str]) -> None:
+    """UserError, before anything is written, if two inputs would write the same output
+    (a/x.wav and b/x.wav both make x.txt) or an output would replace an input (an audio
+    file named notes.txt, transcribed to txt in its own folder)."""
+    writers: dict[Path, str | os.PathLike[str]] = {}
+    for audio in audio_paths:
+        for fmt in formats:
+            path = output_path(audio, output_dir, fmt)
+            if path in writers:
+                raise UserError(f"{quote(writers[path])} and {quote(audio)} would both write "
+                                f"{quote(path)}: rename one or transcribe them separately")
+            writers[path] = audio
+            for other in audio_paths:
+                if same_file(path, other):
+                    raise UserError(f"{quote(path)}: is an input audio file; its transcript "
+                                    "would overwrite it (choose another --output-dir)")
 
 
 # renderers
@@ -248,49 +272,6 @@ def ensure_output_dir(output_dir: Path) -> None:
         output_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UserError(f"cannot create output directory {output_dir}: {_reason(e)}") from None
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Write a hidden temp file beside `path`, fsync it, then rename it over `path`."""
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
-    try:
-        fd = os.open(tmp, flags, 0o666)  # 0o666 & ~umask, like open(): mkstemp would give 0o600
-    except OSError as e:
-        raise UserError(f"cannot write to output directory {path.parent}: {_reason(e)}") from None
-    try:
-        try:
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException as e:
-        tmp.unlink(missing_ok=True)
-        if isinstance(e, OSError):
-            raise UserError(f"cannot write {path}: {_reason(e)}") from e
-        raise
-    _fsync_dir(path.parent)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Make the rename durable where the OS allows fsync on a directory."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _reason(e: OSError) -> str:

@@ -1,0 +1,106 @@
+"""From a heuristic packing to a better one, and where the search can, a proven optimum.
+
+A bisection on the capacity between what is known not to fit and the best packing found:
+each capacity is first tried with the quick skyline search (restarted with varied try
+orders), then with the complete canonical search, whose "infeasible" is a proof. The lower
+bound (peak live bytes) is tried first: a packing there is optimal by definition.
+
+Work is counted in search nodes and the result depends only on the input and `max_nodes`;
+`deadline` (perf_counter seconds) is an extra wall-clock stop.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tensorplan.alloc.search import Outcome, Problem, Status, decide
+
+RESTART_NODES = 2  # per item: a skyline try that needs more has usually gone wrong early
+PROOF_SHARE = 2  # the complete search gets 1/PROOF_SHARE of each capacity's nodes
+
+
+@dataclass(frozen=True, slots=True)
+class Improved:
+    offsets: list[int]
+    height: int
+    proven: bool  # height is the optimum
+    nodes: int  # search nodes spent
+
+
+@dataclass
+class _Budget:
+    nodes: int
+    deadline: float
+    spent: int = 0
+
+    def left(self) -> int:
+        return self.nodes - self.spent
+
+
+def improve(
+    lo: Sequence[int],
+    hi: Sequence[int],
+    size: Sequence[int],
+    start: tuple[list[int], int],
+    bound: int,
+    max_nodes: int,
+    deadline: float,
+) -> Improved:
+    """Search below the packing `start` = (offsets, height) of items live over inclusive
+    [lo, hi]; never returns a worse packing than `start`."""
+    offsets, best = start
+    if best <= bound:
+        return Improved(offsets, best, True, 0)
+    p = Problem(lo, hi, size)
+    budget = _Budget(max_nodes, deadline)
+    floor, proven_floor = bound, True  # capacities below `floor` are known not to fit
+    while floor < best and budget.left() > 0 and time.perf_counter() <= deadline:
+        cap = floor if floor == bound else (floor + best - 1) // 2
+        # the bound gets half the nodes: a packing there needs no further search
+        share = budget.left() // (2 if floor == bound else 4)
+        out = _attempt(p, cap, max(share, 1), budget)
+        if out.status is Status.FOUND:
+            assert out.offsets is not None
+            offsets, best = out.offsets, out.height
+        else:
+            floor = cap + 1
+            proven_floor = proven_floor and out.status is Status.INFEASIBLE
+        if out.status is Status.ABORTED and budget.left() <= 0:
+            break
+    return Improved(offsets, best, best <= bound or (floor >= best and proven_floor), budget.spent)
+
+
+def _attempt(p: Problem, cap: int, nodes: int, budget: _Budget) -> Outcome:
+    """Does a packing fit in `cap`? Skyline restarts first, then the complete search."""
+    quick = nodes - nodes // PROOF_SHARE
+    limit = max(RESTART_NODES * len(p.items), 64)
+    restart = 0
+    while quick > 0:
+        order = _try_order(p, restart)
+        out = decide(p, cap, min(limit, quick), budget.deadline, order, complete=False)
+        quick -= out.nodes
+        budget.spent += out.nodes
+        restart += 1
+        if out.status is Status.FOUND:
+            return out
+        if out.status is Status.INFEASIBLE:  # the whole skyline tree: reordering won't help
+            break
+        if time.perf_counter() > budget.deadline:
+            return out
+    out = decide(p, cap, nodes // PROOF_SHARE + max(quick, 0), budget.deadline, None)
+    budget.spent += out.nodes
+    return out
+
+
+def _try_order(p: Problem, restart: int) -> list[int]:
+    """Which candidate the skyline search tries first: the preorder, then (on restarts)
+    sizes jittered by a seeded generator, so every run tries the same orders."""
+    order = p.preorder("total")
+    if restart == 0:
+        return order
+    rng = random.Random(restart)
+    jitter = {k: -p.size[k] * (0.5 + rng.random()) for k in order}
+    return sorted(order, key=jitter.__getitem__)

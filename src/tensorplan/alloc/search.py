@@ -1,0 +1,349 @@
+"""Exact packing by depth-first search over canonical solutions, on plain ints.
+
+The decision problem: can items live over inclusive [lo, hi] with sizes be placed in
+`capacity` bytes? Ideas after MiniMalloc (Moffitt, ASPLOS'23), in our own code:
+
+- Canonical solutions. Any packing can be pushed down until each item rests at 0 or on an
+  item live at the same time; listing those items by offset, each one sits at its *min
+  offset*: the highest top of the items listed before it that it meets. So the search only
+  branches on which item comes next, placed at its min offset, offsets never decreasing
+  (ties broken by a fixed preorder).
+- Dominance. If some unplaced item could still fit entirely below the candidate's offset
+  (its min offset + size <= that offset), the candidate would leave a gap that item fits
+  in; the packing with the item moved down is found on another branch. Skip.
+- Cross-section inference. Time is cut into sections where the set of live items is
+  constant. Each section has a floor (the top of what is placed there, and at least the
+  lowest min offset of what is left, and at least the current offset as offsets never
+  decrease) and the bytes still to place there. floor + bytes left > capacity: prune.
+- Hatless pruning. An item that meets no unplaced item changes nothing for the rest; if
+  the subtree after it fails, its siblings fail too.
+
+The search counts nodes (placements tried). `max_nodes` makes it stop deterministically;
+a deadline (perf_counter seconds) is an extra wall-clock stop.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Status(Enum):
+    FOUND = "found"
+    INFEASIBLE = "infeasible"  # the whole tree was searched: no packing fits
+    ABORTED = "aborted"  # out of nodes or time before an answer
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    status: Status
+    offsets: list[int] | None  # per item, when FOUND
+    height: int  # the packing's highest top, when FOUND
+    nodes: int  # placements tried
+
+
+class Problem:
+    """What the search precomputes once per trace: sections, overlaps, preorder.
+
+    Zero-size items take no bytes and are left out (offset 0)."""
+
+    def __init__(self, lo: Sequence[int], hi: Sequence[int], size: Sequence[int]) -> None:
+        self.n = len(size)
+        self.size = list(size)
+        items = [k for k in range(self.n) if size[k] > 0]
+        cuts = sorted({lo[k] for k in items} | {hi[k] + 1 for k in items})
+        # item k lives in sections [first[k], stop[k]) of the cut points
+        self.first = [bisect.bisect_left(cuts, lo[k]) for k in range(self.n)]
+        self.stop = [bisect.bisect_left(cuts, hi[k] + 1) for k in range(self.n)]
+        self.n_sections = max(len(cuts) - 1, 0)
+        self.members: list[list[int]] = [[] for _ in range(self.n_sections)]
+        for k in items:
+            for s in range(self.first[k], self.stop[k]):
+                self.members[s].append(k)
+        self.overlaps = _overlaps(items, self.first, self.stop)
+        self.items = items
+        self.load = [sum(size[k] for k in m) for m in self.members]
+
+    def preorder(self, key: str) -> list[int]:
+        """Items in the tie-break order: the busiest section first ("total"), then the
+        longest lifetime, then the largest area; "area" and "width" lead with those."""
+        busiest = [max(self.load[self.first[k] : self.stop[k]], default=0) for k in range(self.n)]
+        width = [self.stop[k] - self.first[k] for k in range(self.n)]
+        area = [width[k] * self.size[k] for k in range(self.n)]
+        keys = {
+            "total": lambda k: (-busiest[k], -width[k], -area[k], k),
+            "width": lambda k: (-width[k], -area[k], -busiest[k], k),
+            "area": lambda k: (-area[k], -busiest[k], -width[k], k),
+        }
+        return sorted(self.items, key=keys[key])
+
+
+def _overlaps(items: list[int], first: list[int], stop: list[int]) -> list[list[int]]:
+    """For every item, the items sharing a section with it (a sweep over start sections)."""
+    out: list[list[int]] = [[] for _ in range(len(first))]
+    live: list[int] = []
+    for k in sorted(items, key=first.__getitem__):
+        live = [j for j in live if stop[j] > first[k]]
+        for j in live:
+            out[j].append(k)
+            out[k].append(j)
+        live.append(k)
+    return out
+
+
+Undo = tuple[int, list[tuple[int, int]], list[tuple[int, int]]]  # item, min offsets, floors
+
+
+class _Frame:
+    """One level of the search: the candidates for the next item, the one being tried."""
+
+    __slots__ = ("cands", "i", "undo", "hatless")
+
+    def __init__(self, cands: list[int]) -> None:
+        self.cands = cands
+        self.i = 0
+        self.undo: Undo | None = None
+        self.hatless = False
+
+
+class _Search:
+    """The state of one decision search: offsets, min offsets, section floors and bytes
+    left, changed in place on the way down and restored on the way back."""
+
+    def __init__(self, p: Problem, capacity: int, order: list[int]) -> None:
+        self.p, self.cap = p, capacity
+        # Canonical order among items at one offset: by start (they never meet), which the
+        # corner rule needs; `order` only decides which candidate is tried first.
+        self.order = sorted(p.items, key=lambda k: (p.first[k], k))
+        self.rank = [0] * p.n
+        for r, k in enumerate(self.order):
+            self.rank[k] = r
+        self.try_key = [0] * p.n
+        for r, k in enumerate(order):
+            self.try_key[k] = r
+        self.off = [-1] * p.n
+        self.min_off = [0] * p.n
+        self.floor = [0] * p.n_sections
+        self.left = list(p.load)
+        self.placed = 0
+
+    def run(self, max_nodes: int, deadline: float) -> Outcome:
+        nodes = 0
+        if max(self.left, default=0) > self.cap:
+            return self._outcome(Status.INFEASIBLE, nodes)
+        stack = [_Frame(self._first())]
+        while stack:
+            fr = stack[-1]
+            if fr.undo is not None:  # back from the subtree under fr's last try: it failed
+                self._restore(fr.undo)
+                fr.undo = None
+                if fr.hatless:
+                    stack.pop()
+                    continue
+            if fr.i == len(fr.cands):
+                stack.pop()
+                continue
+            k = fr.cands[fr.i]
+            fr.i += 1
+            nodes += 1
+            if nodes > max_nodes or (nodes & 255 == 0 and time.perf_counter() > deadline):
+                return self._outcome(Status.ABORTED, nodes - 1)
+            fr.undo, fr.hatless, ok = self._step(k)
+            if not ok:
+                continue
+            if self.placed == len(self.p.items):
+                return self._outcome(Status.FOUND, nodes)
+            cands = self._next(k)
+            if cands:
+                stack.append(_Frame(cands))
+        return self._outcome(Status.INFEASIBLE, nodes)
+
+    def _first(self) -> list[int]:
+        return self._candidates(0, -1)
+
+    def _step(self, k: int) -> tuple[Undo, bool, bool]:
+        return self._place(k, self.min_off[k])
+
+    def _next(self, k: int) -> list[int]:
+        return self._candidates(self.off[k], self.rank[k])
+
+    def _candidates(self, o: int, rank: int) -> list[int]:
+        """Unplaced items that may come next after one placed at `o` with preorder rank
+        `rank`: canonical (offsets never decrease) and leaving no gap another item fits."""
+        off, min_off, size, rk = self.off, self.min_off, self.p.size, self.rank
+        corner = self._corner()
+        if corner is not None:
+            s, f = corner
+            first = self.p.first
+            cands = [
+                k
+                for k in self.p.members[s]
+                if off[k] < 0 and first[k] == s and min_off[k] == f and (f > o or rk[k] > rank)
+            ]
+            cands.sort(key=self.try_key.__getitem__)
+            return cands
+        rest = [k for k in self.order if off[k] < 0]
+        lowest_top = min([min_off[k] + size[k] for k in rest])
+        cands = [
+            k for k in rest if o <= min_off[k] < lowest_top and (min_off[k] > o or rk[k] > rank)
+        ]
+        cands.sort(key=min_off.__getitem__)  # stable: ties stay in preorder
+        return cands
+
+    def _corner(self) -> tuple[int, int] | None:
+        """(section, floor) of the lowest-leftmost point still to fill, when that section
+        has no byte to spare: the point must be covered, by an item starting there."""
+        floor, left = self.floor, self.left
+        lowest, at = -1, -1
+        for s, f in enumerate(floor):
+            if left[s] and (at < 0 or f < lowest):
+                lowest, at = f, s
+        if at < 0 or lowest + left[at] < self.cap:
+            return None
+        return at, lowest
+
+    def _place(self, k: int, o: int) -> tuple[Undo, bool, bool]:
+        """Put item k at o; returns the undo record, whether k met no unplaced item, and
+        whether the state passes the cross-section check."""
+        p, off, min_off, floor, left = self.p, self.off, self.min_off, self.floor, self.left
+        sz = p.size[k]
+        top = o + sz
+        off[k] = o
+        self.placed += 1
+        raised: list[tuple[int, int]] = []
+        hatless = True
+        for j in p.overlaps[k]:
+            if off[j] < 0:
+                hatless = False
+                if min_off[j] < top:
+                    raised.append((j, min_off[j]))
+                    min_off[j] = top
+        floors: list[tuple[int, int]] = []
+        for s in range(p.first[k], p.stop[k]):
+            floors.append((s, floor[s]))
+            floor[s] = top
+            left[s] -= sz
+        undo = (k, raised, floors)
+        if top > self.cap or o + max(left) > self.cap:
+            return undo, hatless, False
+        ok = self._raise_floors(raised, floors)
+        return undo, hatless, ok
+
+    def _raise_floors(self, raised: list[tuple[int, int]], floors: list[tuple[int, int]]) -> bool:
+        """A section's bytes below its lowest unplaced min offset are lost: raise its floor
+        there, then check floor + bytes left <= capacity where anything changed."""
+        p, off, min_off, floor, left, cap = (
+            self.p, self.off, self.min_off, self.floor, self.left, self.cap
+        )  # fmt: skip
+        touched = {s for j, _ in raised for s in range(p.first[j], p.stop[j])}
+        for s in touched:
+            if left[s] == 0:
+                continue
+            lowest = min([min_off[j] for j in p.members[s] if off[j] < 0])
+            if lowest > floor[s]:
+                floors.append((s, floor[s]))
+                floor[s] = lowest
+            if floor[s] + left[s] > cap:
+                return False
+        return all(floor[s] + left[s] <= cap for s, _ in floors)
+
+    def _restore(self, undo: Undo) -> None:
+        k, raised, floors = undo
+        p = self.p
+        for s, f in reversed(floors):
+            self.floor[s] = f
+        if k < 0:
+            return  # a skipped gap: floors only
+        sz = p.size[k]
+        for s in range(p.first[k], p.stop[k]):
+            self.left[s] += sz
+        for j, m in reversed(raised):
+            self.min_off[j] = m
+        self.off[k] = -1
+        self.placed -= 1
+
+    def _outcome(self, status: Status, nodes: int) -> Outcome:
+        if status is not Status.FOUND:
+            return Outcome(status, None, 0, nodes)
+        offsets = [max(o, 0) for o in self.off]
+        height = max([o + z for o, z in zip(offsets, self.p.size, strict=True)], default=0)
+        return Outcome(status, offsets, height, nodes)
+
+
+class _Skyline(_Search):
+    """An incomplete but quick variant for finding packings: always fill the lowest,
+    leftmost point of the skyline with an item that starts there and fits under both
+    neighbours, or give that stretch up (raise it to its lower neighbour) and go on."""
+
+    def _first(self) -> list[int]:
+        return self._fill()
+
+    def _next(self, k: int) -> list[int]:
+        return self._fill()
+
+    def _step(self, k: int) -> tuple[Undo, bool, bool]:
+        self._locate()  # the state is back to what it was when this try was listed
+        if k >= 0:
+            return self._place(k, self.spot[1])
+        undo = self._skip()
+        return undo, False, all(self.floor[s] + self.left[s] <= self.cap for s, _ in undo[2])
+
+    def _fill(self) -> list[int]:
+        at, f, end = self._locate()
+        p, off, min_off, first, stop = self.p, self.off, self.min_off, self.p.first, self.p.stop
+        cands = [
+            k
+            for k in p.members[at]
+            if off[k] < 0 and first[k] == at and stop[k] <= end and min_off[k] <= f
+        ]
+        cands.sort(key=self.try_key.__getitem__)
+        if f + self.left[at] < self.cap:
+            cands.append(-1)  # there are bytes to spare here: leaving them empty is a try
+        return cands
+
+    def _locate(self) -> tuple[int, int, int]:
+        """The lowest, leftmost stretch of sections still to fill: (first, floor, stop)."""
+        floor, left, p = self.floor, self.left, self.p
+        at, f = -1, -1
+        for s, h in enumerate(floor):
+            if left[s] and (at < 0 or h < f):
+                f, at = h, s
+        end = at + 1
+        while end < p.n_sections and floor[end] == f:
+            end += 1
+        self.spot = (at, f, end)
+        return self.spot
+
+    def _skip(self) -> Undo:
+        at, f, end = self.spot
+        floor, left = self.floor, self.left
+        higher = [floor[s] for s in (at - 1, end) if 0 <= s < len(floor) and floor[s] > f]
+        up = (
+            min(higher)
+            if higher
+            else f + min([self.p.size[k] for k in self.p.members[at] if self.off[k] < 0])
+        )
+        floors = [(s, floor[s]) for s in range(at, end) if left[s]]
+        for s, _ in floors:
+            floor[s] = up
+        return (-1, [], floors)
+
+
+def decide(
+    p: Problem,
+    capacity: int,
+    max_nodes: int,
+    deadline: float,
+    order: list[int] | None = None,
+    complete: bool = True,
+) -> Outcome:
+    """Search for a packing of `p` within `capacity` bytes, trying candidates in `order`
+    (default: the "total" preorder); complete=False uses the quick skyline variant (its
+    INFEASIBLE means only "none found this way")."""
+    if not p.items:
+        return Outcome(Status.FOUND, [0] * p.n, 0, 0)
+    kind = _Search if complete else _Skyline
+    return kind(p, capacity, order or p.preorder("total")).run(max_nodes, deadline)

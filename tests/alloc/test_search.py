@@ -1,0 +1,96 @@
+"""The packing search: valid, never worse than the greedy start, deterministic, and optimal
+where a brute force over every placement order can confirm it."""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tensorplan.alloc import pack
+from tensorplan.alloc.offline import load, solve
+from tensorplan.alloc.search import Problem, Status, decide
+
+from .test_pack import cut_rectangle, no_overlap
+
+Items = tuple[list[int], list[int], list[int]]
+
+
+@st.composite
+def items(draw: st.DrawFn, max_n: int = 6, max_t: int = 8) -> Items:
+    n = draw(st.integers(1, max_n))
+    lo = [draw(st.integers(0, max_t)) for _ in range(n)]
+    hi = [s + draw(st.integers(0, 4)) for s in lo]
+    size = [draw(st.integers(0, 9)) for _ in range(n)]
+    return lo, hi, size
+
+
+def brute_force(lo: list[int], hi: list[int], size: list[int]) -> int:
+    """The optimum: every packing pushed down is some order of items, each placed on top of
+    the highest earlier item it meets, so the best over all orders is optimal."""
+    best = sum(size)
+    for order in itertools.permutations(range(len(size))):
+        top: dict[int, int] = {}
+        for k in order:
+            meets = [top[j] for j in top if lo[j] <= hi[k] and lo[k] <= hi[j] and size[j]]
+            top[k] = max(meets, default=0) + size[k]
+        best = min(best, max(top.values(), default=0))
+    return best
+
+
+def valid(lo: list[int], hi: list[int], size: list[int], offsets: list[int], arena: int) -> bool:
+    for i, j in itertools.combinations(range(len(size)), 2):
+        same_time = lo[i] <= hi[j] and lo[j] <= hi[i]
+        same_bytes = offsets[i] < offsets[j] + size[j] and offsets[j] < offsets[i] + size[i]
+        if same_time and same_bytes and size[i] and size[j]:
+            return False
+    return all(0 <= o and o + z <= arena for o, z in zip(offsets, size, strict=True))
+
+
+@settings(max_examples=150, deadline=None)
+@given(items())
+def test_exact_finds_the_brute_force_optimum(case: Items) -> None:
+    lo, hi, size = case
+    best = brute_force(lo, hi, size)
+    packed = solve(lo, hi, size, budget_s=60, max_nodes=None)
+    assert valid(lo, hi, size, packed.offsets, packed.total)
+    assert packed.total == best and packed.proven
+
+
+@settings(max_examples=150, deadline=None)
+@given(items())
+def test_decision_is_exact(case: Items) -> None:
+    # a packing at the optimum is found; one byte less is proven impossible
+    lo, hi, size = case
+    best = brute_force(lo, hi, size)
+    p = Problem(lo, hi, size)
+    found = decide(p, best, 10**6, time.perf_counter() + 60)
+    assert found.status is Status.FOUND and found.offsets is not None
+    assert valid(lo, hi, size, found.offsets, best)
+    if best > 0:
+        assert decide(p, best - 1, 10**6, time.perf_counter() + 60).status is Status.INFEASIBLE
+
+
+@settings(max_examples=60, deadline=None)
+@given(items(max_n=60, max_t=30), st.integers(0, 3000))
+def test_search_valid_never_worse_and_deterministic(case: Items, nodes: int) -> None:
+    lo, hi, size = case
+    greedy = solve(lo, hi, size, budget_s=60, max_nodes=0)
+    searched = solve(lo, hi, size, budget_s=60, max_nodes=nodes)
+    assert valid(lo, hi, size, searched.offsets, searched.total)
+    assert load(lo, hi, size) <= searched.total <= greedy.total
+    assert solve(lo, hi, size, budget_s=60, max_nodes=nodes) == searched
+    if searched.proven:
+        assert searched.total <= greedy.total
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_exact_proves_the_bound_on_cut_rectangles(seed: int) -> None:
+    # a full rectangle cut into pieces: the optimum is the lower bound
+    intervals = cut_rectangle(seed, depth=7)
+    packed = pack(intervals, strategy="exact", budget_s=60, max_nodes=50_000)
+    assert no_overlap(intervals, packed.offsets)
+    assert packed.size == packed.lower_bound == 1000 and packed.proven
