@@ -28,7 +28,12 @@ ALLOWED = {
     "commands": {"commands", "whisper", "batch", "alloc", "pipeline", "errors", "files", "serve"},
     "cli": {"errors", "commands"},
     "errors": set(),
+    # the server knows sessions, never kernels or buffers (see WHISPER_PUBLIC below)
+    "serve": {"serve", "whisper", "errors"},
 }
+# the modules of tensorplan.whisper that are its public API, all the server may import
+WHISPER_PUBLIC = {"tensorplan.whisper", "tensorplan.whisper.api", "tensorplan.whisper.options",
+                  "tensorplan.whisper.writers", "tensorplan.whisper.result"}
 
 # Whisper reaches buffers and kernels only through the backend protocol (backends/base.py)
 # and the package's factory; never a concrete backend's module.
@@ -83,6 +88,16 @@ def test_imports_point_downward(layer: str) -> None:
     for f in files:
         upward = _imports(f) - ALLOWED[layer]
         assert not upward, f"{f.relative_to(SRC)} imports upward: {sorted(upward)}"
+
+
+def test_serve_uses_only_the_public_whisper_api() -> None:
+    for f in sorted((SRC / "serve").rglob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text())):
+            names = [node.module] if isinstance(node, ast.ImportFrom) and node.module else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            for name in names:
+                if name.startswith("tensorplan.whisper"):
+                    assert name in WHISPER_PUBLIC, f"{f.relative_to(SRC)} imports {name}"
 
 
 def test_mypy_over_the_whole_package() -> None:

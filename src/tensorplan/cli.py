@@ -23,7 +23,7 @@ from typing import Any
 
 from tensorplan.errors import Terminated, UserError, one_line
 
-COMMANDS = ("transcribe", "plan", "pack", "export")
+COMMANDS = ("transcribe", "plan", "pack", "export", "serve")
 _BOOL_WORDS = {"true": True, "false": False}  # openai's str2bool, also in lower case
 
 

@@ -1,0 +1,323 @@
+"""The routes: OpenAI's /v1/audio endpoints, /v1/models, health and readiness, the web page.
+
+The model loads on a background thread after the server starts listening, so /health
+answers at once and /ready says 503 until the sessions exist. Every request's blocking
+work (decoding audio, transcribing) runs on the scheduler's worker threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from tensorplan.errors import AudioError, UserError
+from tensorplan.serve import streaming
+from tensorplan.serve.config import ServeConfig
+from tensorplan.serve.errors import ApiError, bad_request
+from tensorplan.serve.params import RequestParser, TranscriptionRequest
+from tensorplan.serve.pool import Cancelled, Job, Scheduler, SessionPool
+from tensorplan.serve.responses import render_response
+from tensorplan.serve.uploads import Form, read_form
+from tensorplan.whisper.result import Segment, TranscriptionResult
+
+log = logging.getLogger("tensorplan.serve")
+
+
+class ServerState:
+    """The model's lifecycle: loading, ready (with its scheduler) or failed."""
+
+    def __init__(self, config: ServeConfig, load: Callable[[], Any]) -> None:
+        self.config = config
+        self.load = load
+        self.scheduler: Scheduler | None = None
+        self.model: Any = None
+        self.error: str | None = None
+        self.parser = RequestParser(config.defaults, config.model_names)
+        self.on_failure: Callable[[str], None] = lambda message: None
+
+    def start_loading(self) -> None:
+        threading.Thread(target=self._load, name="tensorplan-load", daemon=True).start()
+
+    def _load(self) -> None:
+        try:
+            model = self.load()
+            pool = SessionPool(model, self.config.sessions)
+            self.scheduler = Scheduler(pool, self.config.max_queue)
+            self.model = model
+            log.warning("tensorplan serve: %s ready, %d session(s) x %d thread(s), "
+                        "%.0f MiB each", self.config.model, self.config.sessions,
+                        self.config.threads_per_session, pool.session_bytes / 2**20)
+        except Exception as e:  # noqa: BLE001 - reported by /ready, and the server stops
+            self.error = f"{type(e).__name__}: {e}" if not isinstance(e, UserError) else str(e)
+            log.error("tensorplan serve: cannot load the model: %s", self.error)
+            self.on_failure(self.error)
+
+    def ready(self) -> Scheduler:
+        if self.scheduler is None:
+            message = f"the model failed to load: {self.error}" if self.error \
+                else "the model is still loading"
+            raise ApiError(503, message, code="not_ready", headers={"Retry-After": "2"})
+        return self.scheduler
+
+    def close(self) -> None:
+        if self.scheduler is not None:
+            self.scheduler.close()
+            self.scheduler.pool.close()
+
+
+def create_app(config: ServeConfig, load: Callable[[], Any]) -> Starlette:
+    state = ServerState(config, load)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        state.start_loading()
+        yield
+        await asyncio.to_thread(state.close)  # cancels what is still queued or running
+
+    routes = [
+        Route("/", _index, methods=["GET"]),
+        Route("/health", _health, methods=["GET"]),
+        Route("/ready", _ready, methods=["GET"]),
+        Route("/health/ready", _ready, methods=["GET"]),
+        Route("/v1/models", _models, methods=["GET"]),
+        Route("/v1/models/{model_id:path}", _model, methods=["GET"]),
+        Route("/v1/audio/transcriptions", _transcriptions, methods=["POST"]),
+        Route("/v1/audio/translations", _translations, methods=["POST"]),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    exception_handlers={ApiError: _api_error, 404: _not_found,
+                                        405: _not_allowed})
+    app.state.server = state
+    return app
+
+
+def _state(request: Request) -> ServerState:
+    return request.app.state.server  # type: ignore[no-any-return]
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return exc.response()
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    return ApiError(404, f"no route {request.url.path}", code="not_found").response()
+
+
+async def _not_allowed(request: Request, exc: Exception) -> Response:
+    return ApiError(405, f"{request.method} is not allowed on {request.url.path}").response()
+
+
+def _authorize(request: Request) -> None:
+    """401 unless the bearer token equals the key (compared in constant time)."""
+    key = _state(request).config.api_key
+    if key is None:
+        return  # no key configured: open (bind to localhost)
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(),
+                                                             key.encode()):
+        raise ApiError(401, "missing or incorrect API key: send 'Authorization: Bearer KEY'",
+                       code="invalid_api_key")
+
+
+# --- pages and status
+
+
+async def _index(request: Request) -> Response:
+    page = resources.files("tensorplan.serve").joinpath("static/index.html").read_text("utf-8")
+    return HTMLResponse(page)
+
+
+async def _health(request: Request) -> Response:
+    """Liveness, and the counters a load test watches: busy sessions, queue depth."""
+    state = _state(request)
+    body: dict[str, Any] = {"status": "ok", "ready": state.scheduler is not None,
+                            "model": state.config.model, **_process_stats()}
+    if state.scheduler is not None:
+        body.update(state.scheduler.stats())
+    return JSONResponse(body)
+
+
+async def _ready(request: Request) -> Response:
+    _state(request).ready()
+    return JSONResponse({"status": "ready"})
+
+
+def _process_stats() -> dict[str, int]:
+    """Resident memory and OS threads of this process (Linux's /proc; empty elsewhere)."""
+    stats: dict[str, int] = {}
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key == "VmRSS":
+                stats["rss_bytes"] = int(value.split()[0]) * 1024
+            elif key == "Threads":
+                stats["threads"] = int(value)
+    except OSError:
+        pass
+    return stats
+
+
+async def _models(request: Request) -> Response:
+    _authorize(request)
+    names = _state(request).config.model_names
+    return JSONResponse({"object": "list", "data": [_model_card(n) for n in names]})
+
+
+async def _model(request: Request) -> Response:
+    _authorize(request)
+    model_id = request.path_params["model_id"]
+    if model_id not in _state(request).config.model_names:
+        raise ApiError(404, f"the model {model_id!r} does not exist", param="model",
+                       code="model_not_found")
+    return JSONResponse(_model_card(model_id))
+
+
+def _model_card(name: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "tensorplan"}
+
+
+# --- transcription
+
+
+async def _transcriptions(request: Request) -> Response:
+    return await _audio(request, "transcribe")
+
+
+async def _translations(request: Request) -> Response:
+    return await _audio(request, "translate")
+
+
+async def _audio(request: Request, task: str) -> Response:
+    _authorize(request)  # before a byte of the body is read
+    state = _state(request)
+    scheduler = state.ready()
+    try:
+        form = await read_form(request, state.config.max_upload_bytes, state.config.spool_dir)
+    except ClientDisconnect:
+        return Response(status_code=400)  # nobody is listening
+    try:
+        req = _request_from(form, state, task)
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Segment | None] = asyncio.Queue()
+
+        def on_segment(segment: Segment) -> None:
+            if req.stream:  # each segment to the event loop, in order, as it is decoded
+                loop.call_soon_threadsafe(queue.put_nowait, segment)
+
+        job = Job(_transcriber(form, req, on_segment), cleanup=form.close)
+        future = scheduler.submit(job)  # 429 now, before any response has started
+    except BaseException:
+        form.close()
+        raise
+    if req.stream:
+        future.add_done_callback(lambda f: queue.put_nowait(None))
+        return StreamingResponse(_events(job, future, queue, req),
+                                 media_type=streaming.MEDIA_TYPE,
+                                 headers={"Cache-Control": "no-cache"})
+    result, duration = await _wait(request, job, future)
+    return render_response(result, req.response_format, task=task, duration=duration,
+                           granularities=req.granularities)
+
+
+def _request_from(form: Form, state: ServerState, task: str) -> TranscriptionRequest:
+    if form.file is None:
+        raise bad_request("the 'file' field is missing: upload the audio as 'file'",
+                          param="file")
+    if form.file.size == 0:
+        raise bad_request("the uploaded file is empty", param="file", code="invalid_audio")
+    req = state.parser.parse(form, task)
+    if task == "translate" and not state.model.is_multilingual:
+        raise bad_request(f"{state.config.model} is English-only and cannot translate; "
+                          "serve a multilingual model (e.g. --model base)", param="model")
+    return req
+
+
+def _transcriber(form: Form, req: TranscriptionRequest,
+                 on_segment: Callable[[Segment], None]) -> Callable[[Any, Job], Any]:
+    """The job's body, run on a session's worker thread: (result, audio seconds)."""
+    assert form.file is not None
+    path, filename = str(form.file.path), form.file.filename
+
+    def run(session: Any, job: Job) -> tuple[TranscriptionResult, float]:
+        frames = [0]
+
+        def progress(done: int, total: int) -> None:
+            job.check()
+            frames[0] = total
+
+        def segment(seg: Segment) -> None:
+            job.check()
+            on_segment(seg)
+
+        try:
+            result = session.transcribe(path, req.options, on_segment=segment,
+                                        progress=progress)
+        except AudioError as e:  # named by the client's file name, not the temp file's
+            raise bad_request(str(e).replace(path, filename), param="file",
+                              code="invalid_audio") from None
+        except (UserError, ValueError) as e:  # e.g. a language the model does not know
+            raise bad_request(str(e).replace(path, filename)) from None
+        ends = [s.end for s in result.segments]
+        # mel frames are 10 ms; with vad_filter they count the speech only
+        duration = frames[0] / 100 if frames[0] else max(ends, default=0.0)
+        return result, duration
+
+    return run
+
+
+async def _wait(request: Request, job: Job,
+                future: asyncio.Future[Any]) -> tuple[TranscriptionResult, float]:
+    """The job's result; a client that hangs up cancels it, which frees its session."""
+    try:
+        while True:
+            done, _ = await asyncio.wait({future}, timeout=0.5)
+            if done:
+                result, duration = _outcome(future)
+                return result, duration
+            if await request.is_disconnected():
+                job.cancelled.set()
+                future.cancel()  # only takes while it is still queued
+                raise ApiError(499, "the client closed the connection")
+    except asyncio.CancelledError:
+        job.cancelled.set()
+        raise
+
+
+def _outcome(future: asyncio.Future[Any]) -> Any:
+    try:
+        return future.result()
+    except (ApiError, asyncio.CancelledError):
+        raise
+    except Cancelled:
+        raise ApiError(503, "the request was cancelled: the server is stopping") from None
+    except Exception as e:
+        log.exception("transcription failed")
+        raise ApiError(500, f"transcription failed: {type(e).__name__}: {e}") from None
+
+
+async def _events(job: Job, future: asyncio.Future[Any], queue: asyncio.Queue[Segment | None],
+                  req: TranscriptionRequest) -> AsyncIterator[bytes]:
+    first = True
+    try:
+        while (segment := await queue.get()) is not None:
+            yield streaming.delta_event(segment, first)
+            first = False
+        result, _ = _outcome(future)
+        yield streaming.done_event(result, req.stream_outputs)
+    except ApiError as e:  # the status line is sent: report the error as OpenAI's stream does
+        yield streaming.event(e.body())
+    finally:
+        job.cancelled.set()  # a client gone mid-stream: the job stops at its next segment

@@ -1,0 +1,91 @@
+"""Start `python -m tensorplan serve` as a real process, wait for /ready, stop it with SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+JFK = ROOT / "samples" / "jfk.wav"
+KEY = "test-key-3f9c"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ServerProcess:
+    def __init__(self, *args: str, ready_s: float = 180.0) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep
+               + os.environ.get("PYTHONPATH", "")}
+        env.pop("TENSORPLAN_API_KEY", None)
+        self.log = open(  # noqa: SIM115 - kept open for the server's life
+            f"/tmp/tensorplan-serve-{self.port}.log", "w+b")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tensorplan", "serve", "--port", str(self.port), *args],
+            stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        self._wait_ready(ready_s)
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited {self.proc.returncode}: {self.output()}")
+            try:
+                with urllib.request.urlopen(self.url + "/ready", timeout=5) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"server not ready after {timeout:.0f} s: {self.output()}")
+
+    def health(self) -> dict[str, Any]:
+        with urllib.request.urlopen(self.url + "/health", timeout=10) as r:
+            return json.loads(r.read())  # type: ignore[no-any-return]
+
+    def os_threads(self) -> int:
+        text = Path(f"/proc/{self.proc.pid}/status").read_text()
+        return int(next(line.split()[1] for line in text.splitlines()
+                        if line.startswith("Threads:")))
+
+    def output(self) -> str:
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read().decode("utf-8", "replace")[-4000:]
+
+    def stop(self, timeout: float = 60.0) -> int:
+        """SIGTERM, then the exit status (it must stop by itself)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        return self.proc.returncode
+
+
+def wait_idle(server: ServerProcess, timeout: float = 60.0) -> dict[str, Any]:
+    """Poll /health until no session is busy and nothing is queued."""
+    deadline = time.monotonic() + timeout
+    while True:
+        h = server.health()
+        if (h["busy_sessions"] == 0 and h["queued"] == 0) or time.monotonic() > deadline:
+            return h
+        time.sleep(0.1)

@@ -1,0 +1,167 @@
+"""Auth and bad uploads: each a 4xx in OpenAI's error shape, and the server stays healthy."""
+
+from __future__ import annotations
+
+import io
+import socket
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from serve_helpers import JFK, KEY, ServerProcess, wait_idle
+
+URL = "/v1/audio/transcriptions"
+
+
+def _post(server: ServerProcess, files: Any = None, data: Any = None, key: str | None = KEY,
+          **kwargs: Any) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
+    headers.update(kwargs.pop("headers", {}))
+    return httpx.post(server.url + URL, files=files, data=data, headers=headers, timeout=120,
+                      **kwargs)
+
+
+def _assert_error(r: httpx.Response, status: int) -> dict[str, Any]:
+    assert r.status_code == status, r.text
+    error = r.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["message"]
+    return error  # type: ignore[no-any-return]
+
+
+def _jfk() -> dict[str, Any]:
+    return {"file": ("jfk.wav", JFK.read_bytes(), "audio/wav")}
+
+
+@pytest.mark.parametrize("key", [None, "wrong-key", KEY + "x", KEY[:-1]])
+def test_missing_or_wrong_key_is_401_and_nothing_is_decoded(server: ServerProcess,
+                                                            key: str | None) -> None:
+    before = server.health()["completed"]
+    assert _assert_error(_post(server, _jfk(), key=key), 401)["code"] == "invalid_api_key"
+    assert _post(server, _jfk(), key=key, headers={"Authorization": f"Basic {KEY}"}
+                 ).status_code == 401
+    assert httpx.get(server.url + "/v1/models").status_code == 401
+    assert server.health()["completed"] == before  # no job ran
+
+
+def test_the_key_never_appears_in_the_log(server: ServerProcess) -> None:
+    _post(server, _jfk(), key="wrong-" + KEY)
+    assert KEY not in server.output()
+
+
+def _wav_header_only() -> bytes:
+    data = JFK.read_bytes()
+    return data[: len(data) // 3]  # a header that declares 11 s, a third of the samples
+
+
+@pytest.mark.parametrize(("name", "content", "ctype"), [
+    ("garbage.wav", bytes(range(256)) * 64, "audio/wav"),
+    ("empty.wav", b"", "audio/wav"),
+    ("truncated.wav", None, "audio/wav"),
+    ("notes.txt", b"these are not the samples you are looking for\n" * 20, "text/plain"),
+    ("picture.png", b"\x89PNG\r\n\x1a\n" + b"\0" * 400, "image/png"),
+])
+def test_bad_audio_is_a_400_and_the_next_request_works(server: ServerProcess, name: str,
+                                                       content: bytes | None,
+                                                       ctype: str) -> None:
+    content = _wav_header_only() if content is None else content
+    error = _assert_error(_post(server, {"file": (name, content, ctype)}), 400)
+    assert error["param"] == "file"
+    good = _post(server, _jfk())
+    assert good.status_code == 200 and "ask not what your country" in good.json()["text"]
+
+
+def test_missing_file_field(server: ServerProcess) -> None:
+    error = _assert_error(_post(server, data={"model": "whisper-1"},
+                                files={"other": ("x", b"y")}), 400)
+    assert error["param"] in ("file", "other")
+    no_parts = _post(server, data={"model": "whisper-1", "language": "en"})  # urlencoded
+    _assert_error(no_parts, 415)
+
+
+def test_not_multipart_is_415(server: ServerProcess) -> None:
+    r = httpx.post(server.url + URL, json={"file": "jfk.wav"},
+                   headers={"Authorization": f"Bearer {KEY}"})
+    _assert_error(r, 415)
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("response_format", "mp3"), ("temperature", "hot"), ("beam_size", "0"),
+    ("timestamp_granularities[]", "sentence"), ("stream", "maybe"), ("colour", "blue"),
+    ("language", "klingon"),
+])
+def test_bad_fields_are_400s(server: ServerProcess, field: str, value: str) -> None:
+    error = _assert_error(_post(server, _jfk(), data={field: value}), 400)
+    assert error["type"] == "invalid_request_error"
+
+
+def test_word_granularity_needs_verbose_json(server: ServerProcess) -> None:
+    _assert_error(_post(server, _jfk(), data={"timestamp_granularities[]": "word"}), 400)
+
+
+def test_a_huge_declared_size_is_refused_before_the_body(server: ServerProcess) -> None:
+    """Content-Length says 10 GB: 413 at once, without the server reading (or us sending)
+    the body."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+        s.sendall((f"POST {URL} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
+                   "Content-Type: multipart/form-data; boundary=b\r\n"
+                   f"Content-Length: {10 << 30}\r\n\r\n").encode())
+        head = s.recv(65536).decode("latin-1")
+    assert head.startswith("HTTP/1.1 413"), head
+    assert '"code":"file_too_large"' in head
+
+
+def test_an_upload_over_the_limit_without_content_length_is_413(server: ServerProcess,
+                                                                tmp_path: Path) -> None:
+    """A chunked body (no Content-Length) is counted as it streams and cut at the limit."""
+    limit = 100 << 20
+
+    def body() -> Any:
+        yield b"--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"x.wav\"\r\n\r\n"
+        chunk = b"\0" * (1 << 20)
+        for _ in range(limit // len(chunk) + 8):
+            yield chunk
+        yield b"\r\n--b--\r\n"
+
+    try:
+        r = httpx.post(server.url + URL, content=body(), timeout=120,
+                       headers={"Authorization": f"Bearer {KEY}",
+                                "Content-Type": "multipart/form-data; boundary=b"})
+        _assert_error(r, 413)
+    except (httpx.WriteError, httpx.RemoteProtocolError, httpx.ReadError):
+        pass  # the server answered 413 and closed while we were still sending
+    assert wait_idle(server)["busy_sessions"] == 0
+    assert not list(Path("/tmp").glob("tensorplan-upload-*")), "a spooled upload was left"
+
+
+def test_a_queue_full_server_answers_429_with_retry_after(server: ServerProcess) -> None:
+    import threading
+
+    small = ServerProcess("--beam-size", "none", "--sessions", "1", "--max-queue", "0")
+    try:
+        results: list[int] = []
+        def slow() -> None:
+            results.append(httpx.post(small.url + URL, files=_jfk(), timeout=120).status_code)
+        threads = [threading.Thread(target=slow) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert 200 in results and 429 in results, results
+        r = None
+        while r is None or r.status_code == 429:  # and it recovers
+            r = httpx.post(small.url + URL, files=_jfk(), timeout=120)
+            if r.status_code == 429:
+                assert r.headers["retry-after"] == "1"
+                _assert_error(r, 429)
+        assert r.status_code == 200
+        # no key configured: open (the README says to bind to localhost then)
+        assert httpx.get(small.url + "/v1/models").status_code == 200
+    finally:
+        assert small.stop() == 0
+
+
+def test_uploads_are_spooled_and_deleted(server: ServerProcess) -> None:
+    _post(server, {"file": ("x.wav", io.BytesIO(JFK.read_bytes()), "audio/wav")})
+    wait_idle(server)
+    assert not list(Path("/tmp").glob("tensorplan-upload-*"))
