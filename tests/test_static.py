@@ -25,7 +25,8 @@ ALLOWED = {
     "whisper": {"whisper", "backends", "pipeline", "alloc", "tensor", "dtype", "graph", "ops",
                 "errors", "files"},
     "batch": {"batch", "whisper", "errors", "files"},
-    "commands": {"commands", "whisper", "batch", "alloc", "pipeline", "errors", "files", "serve"},
+    "commands": {"commands", "whisper", "batch", "alloc", "pipeline", "backends", "errors", "files",
+                 "serve"},
     "cli": {"errors", "commands"},
     "errors": set(),
     # the server knows sessions, never kernels or buffers (see WHISPER_PUBLIC below)

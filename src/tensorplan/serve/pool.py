@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import gc
 import queue
 import threading
 from collections.abc import Callable, Iterator
@@ -125,12 +124,6 @@ class Scheduler:
             with self.pool.session() as session:
                 return job.run(session, job)
         finally:
-            # A transcription of a file leaves its decoder (PyAV: two ffmpeg threads and a
-            # file descriptor) in a reference cycle that only the cyclic collector frees; a
-            # busy server would pile them up between collections (measured: 15 -> 59 OS
-            # threads over 32 requests). Only a full collection frees it under load (the young
-            # generations did in a quiet process): about 0.1 s, once per request.
-            gc.collect()
             with self._lock:
                 self.busy -= 1
                 self.done += 1
