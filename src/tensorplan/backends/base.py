@@ -119,11 +119,36 @@ class Backend(Executor, Protocol):
         ...
 
 
+class RunsItsOwn:
+    """A backend is also an executor over real buffers (tests, one-off graphs): these
+    delegate to the executor it keeps for that, `self._own`."""
+
+    _own: Any
+
+    @property
+    def views_made(self) -> int:
+        """Views its own executor made so far (steady runs of one plan add none)."""
+        return int(self._own.views_made)
+
+    def set(self, t: Tensor, value: Any) -> None:
+        self._own.set(t, value)
+
+    def get(self, t: Tensor) -> Any:
+        return self._own.get(t)
+
+    def copy_slots(self, t: Tensor, n_slots: int, sources: Sequence[int], n_rows: int,
+                   targets: Sequence[int] | None = None) -> None:
+        self._own.copy_slots(t, n_slots, sources, n_rows, targets)
+
+    def compute(self, graph: Graph) -> None:
+        self._own.compute(graph)
+
+
 def bind_templates(buffer_type: BufferType,
                    templates: Sequence[TemplateBuffer]) -> dict[TemplateBuffer, Buffer]:
     """A zeroed real buffer for every template: one executor's memory."""
     return {t: buffer_type.alloc_buffer(t.size) for t in templates}
 
 
-__all__ = ["Backend", "Buffer", "BufferType", "Executor", "TemplateBuffer",
+__all__ = ["Backend", "Buffer", "BufferType", "Executor", "RunsItsOwn", "TemplateBuffer",
            "TemplateBufferType", "bind_templates", "templates_of"]

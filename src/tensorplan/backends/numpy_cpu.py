@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from tensorplan import dtype as dt
-from tensorplan.backends.base import TemplateBuffer
+from tensorplan.backends.base import RunsItsOwn, TemplateBuffer
 from tensorplan.backends.kernels import KERNELS, executes
 from tensorplan.dtype import DType
 from tensorplan.graph import Graph
@@ -225,7 +225,9 @@ class NumpyExecutor:
         program.run()
 
 
-class NumpyBackend:
+class NumpyBackend(RunsItsOwn):
+    _own: NumpyExecutor
+
     def __init__(self, buffer_type: NumpyBufferType | None = None) -> None:
         self.buffer_type = buffer_type or NumpyBufferType()
         self._own = NumpyExecutor(self)  # the backend as an executor over real buffers
@@ -237,26 +239,9 @@ class NumpyBackend:
         """How this backend runs `graph` (subclasses bind other kernels)."""
         return Program(graph, bindings)
 
-    # the backend's own executor, for graphs planned into real buffers
-    @property
-    def views_made(self) -> int:
-        return self._own.views_made
-
+    # the backend's own executor (RunsItsOwn has set, get, compute, copy_slots)
     def array(self, t: Tensor) -> np.ndarray:
         return self._own.array(t)
-
-    def set(self, t: Tensor, value: Any) -> None:
-        self._own.set(t, value)
-
-    def get(self, t: Tensor) -> np.ndarray:
-        return self._own.get(t)
-
-    def copy_slots(self, t: Tensor, n_slots: int, sources: Sequence[int], n_rows: int,
-                   targets: Sequence[int] | None = None) -> None:
-        self._own.copy_slots(t, n_slots, sources, n_rows, targets)
-
-    def compute(self, graph: Graph) -> None:
-        self._own.compute(graph)
 
     def param(self, value: Any, name: str = "") -> Tensor:
         """A PARAM leaf over `value`'s bytes: no copy when value is a C-contiguous, aligned

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from tensorplan import dtype as dt
-from tensorplan.backends.base import TemplateBuffer
+from tensorplan.backends.base import RunsItsOwn, TemplateBuffer
 from tensorplan.backends.capture import Capturer, CudaGraphCapturer, Replayable
 from tensorplan.backends.device_kernels import DEVICE_KERNELS
 from tensorplan.backends.kernels import executes
@@ -297,13 +297,15 @@ class DeviceExecutor:
         p.replay.replay()
 
 
-class DeviceBackend:
+class DeviceBackend(RunsItsOwn):
     """Planned graphs on one torch device.
 
     weights_dtype: float16 or bfloat16 stores weight matrices (PARAMs of 2 or more axes
     holding float32) in that dtype; None keeps every weight as given. cuda_graphs: capture
     each graph after its first run (CUDA only); capturer: an explicit Capturer (tests).
     """
+
+    _own: DeviceExecutor
 
     def __init__(self, device: str = "cpu", weights_dtype: str | None = None,
                  cuda_graphs: bool | None = None, capturer: Capturer | None = None) -> None:
@@ -339,26 +341,9 @@ class DeviceBackend:
                 hit = self._wide[id(weight)] = (weight, q.to(like))
         return hit[1]
 
-    # the backend's own executor, for graphs planned into real buffers
-    @property
-    def views_made(self) -> int:
-        return self._own.views_made
-
+    # the backend's own executor (RunsItsOwn has set, get, compute, copy_slots)
     def view(self, t: Tensor) -> torch.Tensor:
         return self._own.view(t)
-
-    def set(self, t: Tensor, value: Any) -> None:
-        self._own.set(t, value)
-
-    def get(self, t: Tensor) -> np.ndarray:
-        return self._own.get(t)
-
-    def copy_slots(self, t: Tensor, n_slots: int, sources: Sequence[int], n_rows: int,
-                   targets: Sequence[int] | None = None) -> None:
-        self._own.copy_slots(t, n_slots, sources, n_rows, targets)
-
-    def compute(self, graph: Graph) -> None:
-        self._own.compute(graph)
 
     def param(self, value: Any, name: str = "") -> Tensor:
         """A PARAM leaf: `value` copied to the device once (narrowed to weights_dtype when

@@ -245,7 +245,7 @@ def load(opts: ModelOptions, audio_seconds: float | None = None) -> Whisper:
 
     threads.configure(opts.threads)
     opts = opts.replace(backend=backend_choice.resolve(opts.backend, opts.compute_type,
-                                                       audio_seconds))
+                                                       audio_seconds, opts.device))
     try:
         runner = make_backend(opts.backend, opts.device)  # UserError: no such device here
     except (ImportError, ValueError) as e:  # torch missing, or no such backend

@@ -26,10 +26,10 @@ TORCH_MIN_AUDIO_S = 300.0
 
 
 def resolve(name: str, compute_type: str = "float32",
-            audio_seconds: float | None = None) -> str:
+            audio_seconds: float | None = None, device: str = "cpu") -> str:
     """The backend `name` means for this work: "numpy" or "torch" ("auto" decided here;
-    anything else is passed through for make_backend to check)."""
-    if name != "auto":
+    anything else, and auto off the CPU, is passed through for make_backend to decide)."""
+    if name != "auto" or device != "cpu":
         return name
     if not backends.torch_available():  # looked up here: tests patch it
         return "numpy"
