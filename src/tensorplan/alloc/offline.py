@@ -12,7 +12,9 @@ Overlap lookups go through time buckets: a placed item is listed in every bucket
 interval touches, and a query counts each item once, at the first bucket both share.
 
 When the best pass misses the bound, a search (improve.py) takes over from it: at most
-`max_nodes` nodes (all of them for `exact`), and `budget_s` seconds of wall clock.
+`max_nodes` nodes and `budget_s` seconds of wall clock. `exact` (max_nodes=None) first runs
+that same search with DEFAULT_MAX_NODES, so it is never worse than `offline`, then goes on
+with no node limit, the rest of its time shared out between capacities.
 
 Determinism: the greedy passes are bought through a fixed cost model (work units counted
 by the first pass) and the search counts nodes, so with the default budget (which the node
@@ -35,6 +37,7 @@ from tensorplan.alloc.plan import UNLIMITED, PlanError
 DEFAULT_BUDGET_S = 10.0  # a wall-clock stop for the search; the node limit comes first
 HEURISTIC_S = 0.05  # what the greedy passes and the hill climb may cost, at most
 DEFAULT_MAX_NODES = 100_000  # ~1-5 s of search on a 500-buffer trace
+UNLIMITED_NODES = 1 << 62  # exact's node limit: only the clock stops it
 SEARCH_MAX_ITEMS = 5_000  # past this the default strategy keeps the greedy result
 # Cost model (measured on a shared 2-core CI box): a pass costs ~0.15 us per placed item it
 # looks at and ~1.8 us per item it places, so an item placed counts as 12 units.
@@ -273,8 +276,14 @@ def solve(
         return best
     if max_nodes is not None and len(size) > SEARCH_MAX_ITEMS:
         return best
-    limit = max_nodes if max_nodes is not None else 1 << 62
-    found = improve(lo, hi, size, (best.offsets, best.total), bound, limit, deadline)
+    start = (best.offsets, best.total)
+    if max_nodes is not None:
+        found = improve(lo, hi, size, start, bound, max_nodes, deadline)
+    else:  # exact: the default search first, so never worse than offline, then the clock
+        found = improve(lo, hi, size, start, bound, DEFAULT_MAX_NODES, deadline)
+        if not found.proven and time.perf_counter() < deadline:
+            start = (found.offsets, found.height)
+            found = improve(lo, hi, size, start, bound, UNLIMITED_NODES, deadline, True)
     return Packed(found.offsets, best.chunks, [found.height], found.proven)
 
 
