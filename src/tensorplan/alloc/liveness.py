@@ -84,7 +84,8 @@ class Liveness:
             load = peak = 0
             for x in d:
                 load += x
-                peak = max(peak, load)
+                if load > peak:  # not max(): a call per step
+                    peak = load
             result.append(peak)
         return result
 
