@@ -348,6 +348,38 @@ def synthetic_chain(n_blocks: int, seed: int = 0, d: int = 256, seq: int = 128) 
     return Graph.build(ops.layer_norm(h, name="out").set_output())
 
 
+
+def random_dag(n_nodes: int, seed: int = 0, seq: int = 64,
+               widths: tuple[int, ...] = (64, 128, 256, 512, 1024)) -> Graph:
+    """n_nodes random ops, each reading tensors picked mostly among the last few dozen
+    (an exponential look-back, so some reads reach far back): widening and narrowing
+    matmuls, in-place-able adds of two same-width tensors, and unary ops. Only what the
+    final output reaches is kept, about 0.9 planned tensors per node, sizes varying 16x."""
+    rng, b = random.Random(seed), Builder("random_dag")
+    weights: dict[tuple[int, int], Tensor] = {}
+    pool = [ops.input((seq, widths[0]), name="x")]
+    by_width: dict[int, list[Tensor]] = {widths[0]: [pool[0]]}
+
+    def pick() -> Tensor:
+        return pool[-1 - min(int(rng.expovariate(0.1)), len(pool) - 1)]
+
+    for i in range(n_nodes):
+        a, r, name = pick(), rng.random(), f"n{i}"
+        if r < 0.3:
+            key = (rng.choice(widths), a.shape[1])
+            if key not in weights:
+                weights[key] = b.param(key, f"w{key[0]}x{key[1]}")
+            y = ops.linear(a, weights[key], name=name)
+        elif r < 0.7 and len(by_width[a.shape[1]]) > 1:
+            same = by_width[a.shape[1]]
+            other = same[-1 - min(int(rng.expovariate(0.2)), len(same) - 1)]
+            y = ops.add(a, other, name=name)
+        else:
+            y = (ops.tanh if rng.random() < 0.5 else ops.gelu)(a, name=name)
+        pool.append(y)
+        by_width.setdefault(y.shape[1], []).append(y)
+    return Graph.build(ops.tanh(pool[-1], name="out").set_output())
+
 MODELS: dict[str, Callable[[], Graph]] = {
     "mobilenet_v2": mobilenet_v2,
     "resnet50": resnet50,

@@ -3,8 +3,8 @@
 Three parts, each printed as an aligned table with its targets:
   1. model graphs (bench/model_graphs.py): naive bytes, lower bound, arena and ratio for the
      `ggml` and `offline` strategies, planning time and µs per planned tensor;
-  2. planning time on synthetic transformer-like chains of 1k, 10k and 100k planned tensors
-     (is it linear?);
+  2. planning time on synthetic transformer-like chains and random DAGs of 1k, 10k and 100k
+     planned tensors (is it linear?);
   3. hard interval traces with a known optimum: a full capacity x time rectangle cut into
      buffers, so the optimum equals the lower bound, packed with `alloc.pack`.
 
@@ -170,28 +170,39 @@ def model_table(rows: Sequence[ModelRow]) -> str:
 
 
 # ---- planning-time scaling -------------------------------------------------------------------
+# graphs of about n planned tensors: transformer-like chains, and random DAGs (of which
+# about 45% of the nodes reach the output and get planned)
+SCALING_GRAPHS: dict[str, Callable[[int], Graph]] = {
+    "chain": lambda n: model_graphs.synthetic_chain(max(1, n // 17), seed=n),
+    "random DAG": lambda n: model_graphs.random_dag(int(n * 2.2), seed=n),
+}
+
+
 def scaling_rows(sizes: Sequence[int], alignment: int) -> list[list[object]]:
-    """Per chain: target size, nodes, planned tensors, then ms and µs/tensor for ggml and
-    offline, offline's ratio to LB, and offline µs/tensor relative to the first size."""
+    """Per graph kind and size: target size, nodes, planned tensors, then ms and µs/tensor
+    for ggml and offline, offline's ratio to LB, and offline µs/tensor relative to the
+    kind's first size."""
     rows: list[list[object]] = []
-    first_us = 0.0
-    for n in sizes:
-        graph = model_graphs.synthetic_chain(max(1, n // 17), seed=n)
-        tensors = len(planned_tensors(graph))
-        repeats = 3 if n <= 10_000 else 1
-        ggml_s, _ = timed_plan(graph, "ggml", alignment, repeats)
-        offline_s, plan = timed_plan(graph, "offline", alignment, repeats)
-        us = offline_s * 1e6 / tensors
-        first_us = first_us or us
-        ratio = arena_bytes(plan) / sum(alloc.lower_bound(graph, alignment))
-        rows.append([n, len(graph.nodes), tensors, ggml_s * 1e3, ggml_s * 1e6 / tensors,
-                     offline_s * 1e3, us, ratio, us / first_us,
-                     verdict(time=us <= TARGET_US, linear=us / first_us <= TARGET_LINEAR)])
+    for kind, build in SCALING_GRAPHS.items():
+        first_us = 0.0
+        for n in sizes:
+            graph = build(n)
+            tensors = len(planned_tensors(graph))
+            repeats = 3 if n <= 10_000 else 1
+            ggml_s, _ = timed_plan(graph, "ggml", alignment, repeats)
+            offline_s, plan = timed_plan(graph, "offline", alignment, repeats)
+            alloc.verify(plan, graph)
+            us = offline_s * 1e6 / tensors
+            first_us = first_us or us
+            ratio = arena_bytes(plan) / sum(alloc.lower_bound(graph, alignment))
+            rows.append([kind, n, len(graph.nodes), tensors, ggml_s * 1e3,
+                         ggml_s * 1e6 / tensors, offline_s * 1e3, us, ratio, us / first_us,
+                         verdict(time=us <= TARGET_US, linear=us / first_us <= TARGET_LINEAR)])
     return rows
 
 
 def scaling_table(rows: Sequence[Sequence[object]]) -> str:
-    return table(["target n", "nodes", "tensors", "ggml ms", "ggml µs/t", "offline ms",
+    return table(["graph", "target n", "nodes", "tensors", "ggml ms", "ggml µs/t", "offline ms",
                   "offline µs/t", "offline x", "µs/t vs first", "target"], rows)
 
 
@@ -343,7 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = [measure_model(n, model_graphs.MODELS[n](), args.alignment, repeats) for n in names]
     print(model_table(rows) + "\n")
 
-    print("## Planning time on synthetic transformer-like chains")
+    print("## Planning time on synthetic transformer-like chains and random DAGs")
     print(f"target: <= {TARGET_US} µs per tensor; linear: µs/tensor grows <= {TARGET_LINEAR}x "
           "from the first size up to 100k tensors\n")
     sizes = (1_000, 5_000) if args.quick else (1_000, 10_000, 100_000)

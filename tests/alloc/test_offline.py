@@ -7,7 +7,7 @@ import random
 import pytest
 
 from tensorplan.alloc import UNLIMITED, lower_bound, plan_graph, verify
-from tensorplan.alloc.offline import Packed, _Pass, load, solve
+from tensorplan.alloc.offline import TRACE_ORDERS, Packed, _Pass, load, solve
 from tensorplan.graph import Graph
 
 from . import models
@@ -86,11 +86,14 @@ def test_sweep_equals_bucket_pass_on_start_order(seed: int) -> None:
 
 
 def test_improvement_phase_finds_something() -> None:
+    # from pack's first order (earliest, best fit): the graph orders' first (largest first)
+    # already leaves the improvement little on these small random sets (2 of 30)
     wins = 0
     for seed in range(30):
         rng = random.Random(1000 + seed)
         lo, hi, size = random_items(rng, 50, t=20)
-        wins += solve(lo, hi, size, budget_s=0.05).total < solve(lo, hi, size, budget_s=0).total
+        improved = solve(lo, hi, size, budget_s=0.05, orders=TRACE_ORDERS).total
+        wins += improved < solve(lo, hi, size, budget_s=0, orders=TRACE_ORDERS).total
     assert wins >= 3
 
 

@@ -94,3 +94,23 @@ def test_exact_proves_the_bound_on_cut_rectangles(seed: int) -> None:
     packed = pack(intervals, strategy="exact", budget_s=60, max_nodes=50_000)
     assert no_overlap(intervals, packed.offsets)
     assert packed.size == packed.lower_bound == 1000 and packed.proven
+
+
+@settings(max_examples=60, deadline=None)
+@given(items(max_n=14, max_t=10))
+def test_exact_is_never_worse_than_offline(case: Items) -> None:
+    # exact runs offline's node-bounded search first, then searches on by the clock
+    lo, hi, size = case
+    offline = solve(lo, hi, size, budget_s=60)
+    exact = solve(lo, hi, size, budget_s=2, max_nodes=None)
+    assert valid(lo, hi, size, exact.offsets, exact.total)
+    assert exact.total <= offline.total
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_exact_is_never_worse_than_offline_on_cut_rectangles(seed: int) -> None:
+    intervals = cut_rectangle(seed, 6)
+    offline = pack(intervals, budget_s=60)
+    exact = pack(intervals, strategy="exact", budget_s=1)
+    assert no_overlap(intervals, exact.offsets)
+    assert exact.size <= offline.size

@@ -6,7 +6,10 @@ orders), then with the complete canonical search, whose "infeasible" is a proof.
 bound (peak live bytes) is tried first: a packing there is optimal by definition.
 
 Work is counted in search nodes and the result depends only on the input and `max_nodes`;
-`deadline` (perf_counter seconds) is an extra wall-clock stop.
+`deadline` (perf_counter seconds) is an extra wall-clock stop. With `split_time` (a search
+bounded by the clock alone) the time is shared out like the nodes: the bound's attempt
+gets half of it, each later capacity a quarter of what is left, so the bisection moves up
+from the bound instead of spending every second there.
 """
 
 from __future__ import annotations
@@ -33,7 +36,6 @@ class Improved:
 @dataclass
 class _Budget:
     nodes: int
-    deadline: float
     spent: int = 0
 
     def left(self) -> int:
@@ -48,6 +50,7 @@ def improve(
     bound: int,
     max_nodes: int,
     deadline: float,
+    split_time: bool = False,
 ) -> Improved:
     """Search below the packing `start` = (offsets, height) of items live over inclusive
     [lo, hi]; never returns a worse packing than `start`."""
@@ -55,13 +58,17 @@ def improve(
     if best <= bound:
         return Improved(offsets, best, True, 0)
     p = Problem(lo, hi, size)
-    budget = _Budget(max_nodes, deadline)
+    budget = _Budget(max_nodes)
     floor, proven_floor = bound, True  # capacities below `floor` are known not to fit
     while floor < best and budget.left() > 0 and time.perf_counter() <= deadline:
         cap = floor if floor == bound else (floor + best - 1) // 2
         # the bound gets half the nodes: a packing there needs no further search
-        share = budget.left() // (2 if floor == bound else 4)
-        out = _attempt(p, cap, max(share, 1), budget)
+        part = 2 if floor == bound else 4
+        stop = deadline
+        if split_time:
+            now = time.perf_counter()
+            stop = now + (deadline - now) / part
+        out = _attempt(p, cap, max(budget.left() // part, 1), budget, stop)
         if out.status is Status.FOUND:
             assert out.offsets is not None
             offsets, best = out.offsets, out.height
@@ -73,14 +80,15 @@ def improve(
     return Improved(offsets, best, best <= bound or (floor >= best and proven_floor), budget.spent)
 
 
-def _attempt(p: Problem, cap: int, nodes: int, budget: _Budget) -> Outcome:
-    """Does a packing fit in `cap`? Skyline restarts first, then the complete search."""
+def _attempt(p: Problem, cap: int, nodes: int, budget: _Budget, stop: float) -> Outcome:
+    """Does a packing fit in `cap`? Skyline restarts first, then the complete search; both
+    give up at `stop` (perf_counter seconds)."""
     quick = nodes - nodes // PROOF_SHARE
     limit = max(RESTART_NODES * len(p.items), 64)
     restart = 0
     while quick > 0:
         order = _try_order(p, restart)
-        out = decide(p, cap, min(limit, quick), budget.deadline, order, complete=False)
+        out = decide(p, cap, min(limit, quick), stop, order, complete=False)
         quick -= out.nodes
         budget.spent += out.nodes
         restart += 1
@@ -88,9 +96,9 @@ def _attempt(p: Problem, cap: int, nodes: int, budget: _Budget) -> Outcome:
             return out
         if out.status is Status.INFEASIBLE:  # the whole skyline tree: reordering won't help
             break
-        if time.perf_counter() > budget.deadline:
+        if time.perf_counter() > stop:
             return out
-    out = decide(p, cap, nodes // PROOF_SHARE + max(quick, 0), budget.deadline, None)
+    out = decide(p, cap, nodes // PROOF_SHARE + max(quick, 0), stop, None)
     budget.spent += out.nodes
     return out
 

@@ -17,7 +17,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from tensorplan.alloc.freelist import align_up
 from tensorplan.alloc.plan import BufferSpec, PlanError
 from tensorplan.graph import Graph
 from tensorplan.tensor import Flag, Op, Tensor
@@ -34,6 +33,9 @@ OTHER_READER = "parent has another reader"
 LIVE_VIEWS = "parent has live views"
 
 Refusal = tuple[Tensor | None, str]  # (parent or None for the node itself, reason)
+_REFUSED_OP: tuple[Refusal, ...] = ((None, OP_NOT_INPLACE),)
+_REFUSED_INPUT: tuple[Refusal, ...] = ((None, NODE_IS_INPUT),)
+_ROOT, _VIEW, _OTHER = 0, 1, 2  # what a graph tensor is to the planner
 
 # Flags as plain ints, tested as `t.flags.real & BIT`: IntFlag's own `&` builds a new enum
 # member and costs ~2.5 us, more than everything else the planner does per tensor.
@@ -82,131 +84,198 @@ class Liveness:
             load = peak = 0
             for x in d:
                 load += x
-                peak = max(peak, load)
+                if load > peak:  # not max(): a call per step
+                    peak = load
             result.append(peak)
         return result
 
 
 class _Analysis:
-    """One pass over a graph; `run` returns its Liveness."""
+    """One pass over a graph; `run` returns its Liveness.
+
+    Each graph tensor gets an index (its place in step order: leafs, then nodes) from one
+    dict, and every per-tensor fact is a list indexed by it: at 100k tensors a dict lookup
+    is a cache miss, and the lookups, not the arithmetic, set the planning time, so each
+    src read costs one lookup whatever it is (root, view, weight)."""
 
     def __init__(self, graph: Graph, owner: object | None, can_inplace: Callable[[Op], bool]):
         self.graph, self.owner, self.can_inplace = graph, owner, can_inplace
         self.end_step = len(graph.nodes)
-        self.step: dict[Tensor, int] = {}  # first step each graph tensor exists at
-        self.roots: dict[Tensor, int] = {}  # planned root -> start step, leafs then nodes
-        self.views: dict[Tensor, Tensor] = {}  # view of a planned root -> that root
-        self.direct: dict[Tensor, int] = {}  # root -> last step reading it directly
-        self.view_end: dict[Tensor, int] = {}  # root -> last step any of its views is live
-        self.pinned: set[Tensor] = set()  # roots of OUTPUT views
-        self.ends: dict[Tensor, int] = {}
+        self.tensors: list[Tensor] = []  # index -> tensor
+        self.pos: dict[Tensor, int] = {}  # tensor -> index
+        self.step: list[int] = []  # first step each tensor exists at
+        self.kind: list[int] = []  # _ROOT (planned), _VIEW (of a planned root) or _OTHER
+        self.roots_of: list[int] = []  # a view's root
+        self.start: list[int] = []  # a root's start step
+        self.last: list[int] = []  # last step reading the tensor directly, -1 if none
+        self.view_end: list[int] = []  # root -> last step any of its views is live
+        self.pinned: list[bool] = []  # roots of OUTPUT views
+        self.roots: list[int] = []  # planned roots, in step order
+        self.views: list[int] = []  # views of planned roots
+
+    def index(self) -> None:
+        graph = self.graph
+        tensors = [*graph.leafs, *graph.nodes]
+        pos = dict(zip(tensors, range(len(tensors)), strict=True))
+        if len(pos) == len(tensors):  # leafs and nodes distinct: the rule
+            self.tensors, self.pos = tensors, pos
+            self.step = [0] * len(graph.leafs) + list(range(1, len(graph.nodes) + 1))
+            return
+        first = dict.fromkeys(graph.leafs, 0)  # a tensor listed twice exists from its first
+        for i, t in enumerate(graph.nodes, 1):
+            first.setdefault(t, i)
+        self.tensors = list(first)
+        self.pos = dict(zip(self.tensors, range(len(first)), strict=True))
+        self.step = list(first.values())
 
     def classify(self) -> None:
-        step = self.step
-        for t in self.graph.leafs:
-            step.setdefault(t, 0)
-        for i, t in enumerate(self.graph.nodes):
-            step.setdefault(t, i + 1)
-        for t, s in step.items():
+        """Which tensors are planned roots and which are views of them, in step order."""
+        tensors, pos, step, owner = self.tensors, self.pos, self.step, self.owner
+        n = len(tensors)
+        start, roots, views = [0] * n, self.roots, self.views
+        roots_of = [0] * n
+        for k, t in enumerate(tensors):
             r = t.view_src
             if r is None:
-                if owns(t, self.owner):
-                    self.roots[t] = 0 if t.op is None or t.flags.real & INPUT else s
-            elif r in step and owns(r, self.owner):
-                self.views[t] = r
+                if owns(t, owner):
+                    roots.append(k)
+                    if t.op is not None and not t.flags.real & INPUT:
+                        start[k] = step[k]
+            else:
+                j = pos.get(r)
+                if j is not None and owns(r, owner):
+                    views.append(k)
+                    roots_of[k] = j
             # else: a view of an external tensor, or of one outside this graph: not ours
+        kind = [_OTHER] * n
+        for k in roots:
+            kind[k] = _ROOT
+        self.kind, self.start, self.roots_of = kind, start, roots_of
 
     def reads(self) -> None:
-        roots, views, direct, step = self.roots, self.views, self.direct, self.step
-        view_read: dict[Tensor, int] = {}
-        for i, t in enumerate(self.graph.nodes):
+        """The last step reading each tensor directly, then each root's last step with its
+        views and whether an OUTPUT view pins it."""
+        pos, n, end_step = self.pos, len(self.tensors), self.end_step
+        last = self.last = [-1] * n
+        for i, t in enumerate(self.graph.nodes, 1):
             for p in t.srcs:
-                if p in roots:
-                    direct[p] = i + 1
-                elif p in views:
-                    view_read[p] = i + 1
-                elif p not in step:
+                j = pos.get(p)
+                if j is None:
                     raise PlanError(f"{p!r}, read by {t!r}, is not in the graph")
-        for v, r in views.items():
-            if v.flags.real & OUTPUT:
-                self.pinned.add(r)
-                e = self.end_step
+                last[j] = i
+        tensors, roots_of = self.tensors, self.roots_of
+        view_end, pinned = self.view_end, self.pinned = [-1] * n, [False] * n
+        for k in self.views:
+            r = roots_of[k]
+            if tensors[k].flags.real & OUTPUT:
+                pinned[r] = True
+                e = end_step
             else:
-                e = view_read.get(v, self.end_step)  # an unread view is a result
-            if e > self.view_end.get(r, -1):
-                self.view_end[r] = e
-        for r, start in roots.items():
-            e = max(direct.get(r, -1), self.view_end.get(r, -1))
-            if r.flags.real & OUTPUT or r in self.pinned or e < 0:
-                e = self.end_step
-            self.ends[r] = max(e, start)
+                e = last[k] if last[k] >= 0 else end_step  # an unread view is a result
+            if e > view_end[r]:
+                view_end[r] = e
+
+    def end(self, k: int) -> int:
+        """Root k's last live step: its last read, direct or through a view, or the end of
+        the graph for an OUTPUT root, a pinned root and one nobody reads."""
+        e = self.last[k]
+        if self.view_end[k] > e:
+            e = self.view_end[k]
+        if e < 0 or self.pinned[k] or self.tensors[k].flags.real & OUTPUT:
+            e = self.end_step
+        return e if e > self.start[k] else self.start[k]
 
     def refusal(self, t: Tensor, p: Tensor, s: int) -> str | None:
         """Why node t (at step s) may not take parent p's bytes; None if it may."""
-        if p not in self.roots:
+        j = self.pos[p]
+        if self.kind[j] != _ROOT:
             return PARENT_VIEW if p.view_src is not None else PARENT_EXTERNAL
-        if p.flags.real & OUTPUT or p in self.pinned:
+        if p.flags.real & OUTPUT or self.pinned[j]:
             return PARENT_OUTPUT
         if p.buffer_id != t.buffer_id:
             return BUFFER_DIFFERS
         if not t.same_layout(p):
             return LAYOUT_DIFFERS
-        if self.direct[p] != s or t.srcs.count(p) > 1:
+        if self.last[j] != s or t.srcs.count(p) > 1:
             return OTHER_READER
-        if self.view_end.get(p, -1) >= s:
+        if self.view_end[j] >= s:
             return LIVE_VIEWS
         return None
 
-    def parent(self, t: Tensor, refused: list[Refusal]) -> Tensor | None:
-        """The first src whose bytes node t takes in place (ggml: first by index)."""
-        assert t.op is not None
-        if not self.can_inplace(t.op):
-            refused.append((None, OP_NOT_INPLACE))
-            return None
-        if t.flags.real & INPUT:
-            refused.append((None, NODE_IS_INPUT))  # its bytes are set before any node runs
-            return None
+    def parent(self, t: Tensor, s: int, refused: list[Refusal]) -> Tensor | None:
+        """The first src whose bytes node t (at step s; an in-place op, not an input)
+        takes in place (ggml: first by index)."""
         for p in t.srcs:
-            reason = self.refusal(t, p, self.step[t])
+            reason = self.refusal(t, p, s)
             if reason is None:
                 return p
             refused.append((p, reason))
         return None
 
     def run(self, specs: Sequence[BufferSpec]) -> Liveness:
+        self.index()
         self.classify()
         self.reads()
-        group: dict[Tensor, list[Tensor]] = {}
-        chains: list[list[Tensor]] = []
+        tensors, pos, step = self.tensors, self.pos, self.step
+        chain_of = [0] * len(tensors)  # a root -> its block's number
+        chains: list[list[Tensor]] = []  # per block: its root, then each in-place node
+        firsts: list[int] = []  # per block: its root's index
+        lasts: list[int] = []  # per block: its last member's index
         inplace: dict[Tensor, Tensor] = {}
         refusals: dict[Tensor, tuple[Refusal, ...]] = {}
-        for t in self.roots:
-            if not 0 <= t.buffer_id < len(specs):
-                raise PlanError(f"{t!r} has buffer id {t.buffer_id}, not in [0, {len(specs)})")
+        default_rule = self.can_inplace is op_allows_inplace  # then read op.inplace directly
+        n_specs = len(specs)
+        for k in self.roots:
+            t = tensors[k]
+            if not 0 <= t.buffer_id < n_specs:
+                raise PlanError(f"{t!r} has buffer id {t.buffer_id}, not in [0, {n_specs})")
             p = None
-            if t.op is not None:
+            op = t.op
+            if op is None:
+                pass
+            elif not (op.inplace if default_rule else self.can_inplace(op)):
+                refusals[t] = _REFUSED_OP  # the common case: one shared tuple
+            elif t.flags.real & INPUT:
+                refusals[t] = _REFUSED_INPUT  # its bytes are set before any node runs
+            else:
                 refused: list[Refusal] = []
-                p = self.parent(t, refused)
+                p = self.parent(t, step[k], refused)
                 if refused:
                     refusals[t] = tuple(refused)
             if p is None:
-                group[t] = chain = [t]
-                chains.append(chain)
+                chain_of[k] = len(chains)
+                chains.append([t])
+                firsts.append(k)
+                lasts.append(k)
             else:
                 inplace[t] = p
-                group[t] = group[p]
-                group[t].append(t)
-        return Liveness(self.end_step, self.blocks(chains, specs), inplace, refusals)
+                c = chain_of[k] = chain_of[pos[p]]
+                chains[c].append(t)
+                lasts[c] = k
+        blocks = self.blocks(chains, firsts, lasts, specs)
+        return Liveness(self.end_step, blocks, inplace, refusals)
 
-    def blocks(self, chains: list[list[Tensor]], specs: Sequence[BufferSpec]) -> tuple[Block, ...]:
-        out = []
-        ends, roots = self.ends, self.roots
+    def blocks(
+        self,
+        chains: list[list[Tensor]],
+        firsts: list[int],
+        lasts: list[int],
+        specs: Sequence[BufferSpec],
+    ) -> tuple[Block, ...]:
+        start, end = self.start, self.end
         aligns = [s.alignment for s in specs]
-        for chain in chains:
-            first = chain[0]
-            bid = first.buffer_id
-            size = align_up(first.nbytes, aligns[bid])
-            out.append(Block(tuple(chain), bid, roots[first], ends[chain[-1]], size))
+        nbytes: dict[tuple[tuple[int, ...], tuple[int, ...], int], int] = {}  # by layout
+        out = []
+        for chain, f, la in zip(chains, firsts, lasts, strict=True):
+            root = chain[0]
+            bid = root.buffer_id
+            a = aligns[bid]
+            layout = (root.shape, root.strides, root.dtype.itemsize)
+            n = nbytes.get(layout)
+            if n is None:  # Tensor.nbytes costs ~0.8 us; most blocks repeat a layout
+                n = nbytes[layout] = root.nbytes
+            size = -(-n // a) * a  # align_up, inlined
+            out.append(Block(tuple(chain), bid, start[f], end(la), size))
         return tuple(out)
 
 

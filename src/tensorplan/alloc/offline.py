@@ -3,15 +3,18 @@
 Every interval is known before any is placed (inclusive [start, end], sizes already
 aligned). A greedy pass takes items in some order and puts each at the lowest offset, or
 in the smallest gap, where it overlaps no placed item live at the same time. Several
-orders are tried (longest first, earliest first, largest first, largest area first), the
-best is kept, then a hill climb moves items that set the peak earlier in the order. Any
-result equal to the lower bound (the peak of live bytes) ends the search: it is optimal.
+orders are tried (graphs: largest first, longest first, earliest first, largest area
+first; raw traces: earliest first, then the same), the best is kept, then a hill climb
+moves items that set the peak earlier in the order. Any result equal to the lower bound
+(the peak of live bytes) ends the search: it is optimal.
 
 Overlap lookups go through time buckets: a placed item is listed in every bucket its
 interval touches, and a query counts each item once, at the first bucket both share.
 
 When the best pass misses the bound, a search (improve.py) takes over from it: at most
-`max_nodes` nodes (all of them for `exact`), and `budget_s` seconds of wall clock.
+`max_nodes` nodes and `budget_s` seconds of wall clock. `exact` (max_nodes=None) first runs
+that same search with DEFAULT_MAX_NODES, so it is never worse than `offline`, then goes on
+with no node limit, the rest of its time shared out between capacities.
 
 Determinism: the greedy passes are bought through a fixed cost model (work units counted
 by the first pass) and the search counts nodes, so with the default budget (which the node
@@ -34,6 +37,7 @@ from tensorplan.alloc.plan import UNLIMITED, PlanError
 DEFAULT_BUDGET_S = 10.0  # a wall-clock stop for the search; the node limit comes first
 HEURISTIC_S = 0.05  # what the greedy passes and the hill climb may cost, at most
 DEFAULT_MAX_NODES = 100_000  # ~1-5 s of search on a 500-buffer trace
+UNLIMITED_NODES = 1 << 62  # exact's node limit: only the clock stops it
 SEARCH_MAX_ITEMS = 5_000  # past this the default strategy keeps the greedy result
 # Cost model (measured on a shared 2-core CI box): a pass costs ~0.15 us per placed item it
 # looks at and ~1.8 us per item it places, so an item placed counts as 12 units.
@@ -107,7 +111,9 @@ def _fit(spans: list[tuple[int, int]], size: int, cap: int, best_fit: bool) -> i
 
 
 class _Chunk:
-    """Items placed in one chunk, each listed in every time bucket its interval touches."""
+    """Items placed in one chunk, each listed in every time bucket its interval touches. A
+    query for [s, e] reads every item of s's bucket, and of each later bucket up to e's
+    only the items that begin there, so it sees each item once (see _Pass.run)."""
 
     __slots__ = ("buckets", "cap", "top")
 
@@ -115,31 +121,6 @@ class _Chunk:
         self.buckets: list[list[Span] | None] = [None] * n_buckets
         self.cap = cap
         self.top = 0  # the chunk's size so far
-
-    def conflicts(self, s: int, e: int, b0: int, b1: int) -> tuple[list[tuple[int, int]], int]:
-        """(offset, top) of placed items live somewhere in [s, e], and the items looked at."""
-        spans: list[tuple[int, int]] = []
-        work = 0
-        for b in range(b0, b1 + 1):
-            items = self.buckets[b]
-            if items is None:
-                continue
-            work += len(items)
-            if b == b0:
-                spans += [(o, t) for (ls, le, _, o, t) in items if ls <= e and le >= s]
-            else:  # only items that begin in this bucket: each is seen once
-                spans += [(o, t) for (ls, le, f, o, t) in items if f == b and ls <= e]
-        return spans, work
-
-    def add(self, span: Span, b1: int) -> None:
-        buckets = self.buckets
-        for b in range(span[2], b1 + 1):
-            items = buckets[b]
-            if items is None:
-                buckets[b] = [span]
-            else:
-                items.append(span)
-        self.top = max(self.top, span[4])
 
 
 class _Pass:
@@ -159,7 +140,7 @@ class _Pass:
         where = [0] * len(size)
         chunks: list[_Chunk] = []
         work = UNITS_PER_ITEM * len(size)
-        for k in order:
+        for k in order:  # _Chunk.conflicts and .add inlined: this loop is the planner's
             sz = size[k]
             if sz == 0:
                 continue  # takes no bytes: offset 0 of chunk 0 overlaps nothing
@@ -171,11 +152,30 @@ class _Pass:
                 if c == len(chunks):
                     chunks.append(_Chunk(self.n_buckets, max(self.capacity, sz)))
                 chunk = chunks[c]
-                if sz <= chunk.cap:
-                    spans, w = chunk.conflicts(s, e, b0, b1)
-                    work += w
-                    pos = _fit(spans, sz, chunk.cap, best_fit)
-            chunk.add((s, e, b0, pos, pos + sz), b1)
+                if sz > chunk.cap:
+                    continue
+                buckets = chunk.buckets
+                items = buckets[b0]
+                if items is None:
+                    spans = []
+                else:
+                    work += len(items)
+                    spans = [(o, t) for (ls, le, _, o, t) in items if ls <= e and le >= s]
+                for b in range(b0 + 1, b1 + 1):  # only items that begin there: seen once
+                    items = buckets[b]
+                    if items is not None:
+                        work += len(items)
+                        spans += [(o, t) for (ls, _, f, o, t) in items if f == b and ls <= e]
+                pos = _fit(spans, sz, chunk.cap, best_fit) if spans else 0
+            span = (s, e, b0, pos, pos + sz)
+            for b in range(b0, b1 + 1):
+                items = buckets[b]
+                if items is None:
+                    buckets[b] = [span]
+                else:
+                    items.append(span)
+            if pos + sz > chunk.top:
+                chunk.top = pos + sz
             offsets[k], where[k] = pos, c
         return Packed(offsets, where, [ch.top for ch in chunks] or [0]), work
 
@@ -207,14 +207,19 @@ class _Pass:
         return Packed(offsets, [0] * len(size), [top]), work
 
 
-# (order, best fit?) pairs in the order they are tried. Longest-lived first (then largest)
-# reaches the bound on model graphs; earliest first with best fit replays ggml-alloc's
-# online choices (ties keep input order) and leads on raw lifetime traces.
+# (order, best fit?) pairs in the order they are tried. Largest first reaches the bound
+# in one pass on every model graph, on synthetic chains and on all but the smallest random
+# DAGs (longest-lived first misses it on resnet50, on chains past 30k tensors and on
+# DAGs); earliest first with best fit replays ggml-alloc's online choices (ties keep input
+# order) and leads on raw lifetime traces.
 GRAPH_ORDERS = (
-    ("longest", False), ("earliest", True), ("largest", False), ("longest", True),
+    ("largest", False), ("longest", False), ("earliest", True), ("longest", True),
     ("largest", True), ("area", False), ("area", True), ("earliest", False),
 )  # fmt: skip
-TRACE_ORDERS = (GRAPH_ORDERS[1], GRAPH_ORDERS[0], *GRAPH_ORDERS[2:])
+TRACE_ORDERS = (
+    ("earliest", True), ("longest", False), ("largest", False), ("longest", True),
+    ("largest", True), ("area", False), ("area", True), ("earliest", False),
+)  # fmt: skip
 
 
 def _candidates(
@@ -247,19 +252,22 @@ def solve(
     orders: Sequence[tuple[str, bool]] = GRAPH_ORDERS,
     max_nodes: int | None = DEFAULT_MAX_NODES,
     search_above: float = 0.0,
+    max_passes: int = MAX_PASSES,
 ) -> Packed:
     """Offsets for items live over inclusive [lo, hi] with aligned sizes, in chunks of at
     most `capacity` bytes (an item bigger than that gets a chunk of its own size).
 
     max_nodes=None searches until the optimum is proven or `budget_s` runs out (exact).
     The search runs only when the greedy packing is more than `search_above` (a fraction)
-    above the lower bound."""
+    above the lower bound. After the first greedy pass at most `max_passes` more run (the
+    other orders, then the climb)."""
     if not size:
         return Packed([], [], [0], True)
     deadline = time.perf_counter() + budget_s
     lo, hi = compress(lo, hi)
     bound = load(lo, hi, size)
-    best = _greedy(lo, hi, size, capacity, min(budget_s, HEURISTIC_S), orders, bound)
+    heuristic_s = min(budget_s, HEURISTIC_S)
+    best = _greedy(lo, hi, size, capacity, heuristic_s, orders, bound, max_passes)
     if _optimal(best, bound):
         return Packed(best.offsets, best.chunks, best.chunk_sizes, True)
     if len(best.chunk_sizes) > 1 or max_nodes == 0 or budget_s <= 0:
@@ -268,8 +276,14 @@ def solve(
         return best
     if max_nodes is not None and len(size) > SEARCH_MAX_ITEMS:
         return best
-    limit = max_nodes if max_nodes is not None else 1 << 62
-    found = improve(lo, hi, size, (best.offsets, best.total), bound, limit, deadline)
+    start = (best.offsets, best.total)
+    if max_nodes is not None:
+        found = improve(lo, hi, size, start, bound, max_nodes, deadline)
+    else:  # exact: the default search first, so never worse than offline, then the clock
+        found = improve(lo, hi, size, start, bound, DEFAULT_MAX_NODES, deadline)
+        if not found.proven and time.perf_counter() < deadline:
+            start = (found.offsets, found.height)
+            found = improve(lo, hi, size, start, bound, UNLIMITED_NODES, deadline, True)
     return Packed(found.offsets, best.chunks, [found.height], found.proven)
 
 
@@ -289,8 +303,10 @@ def _greedy(
     budget_s: float,
     orders: Sequence[tuple[str, bool]],
     bound: int,
+    max_passes: int = MAX_PASSES,
 ) -> Packed:
-    """The best of the greedy orders, then a hill climb on it while the budget lasts."""
+    """The best of the greedy orders, then a hill climb on it while the budget lasts (and
+    at most `max_passes` passes after the first)."""
     runner = _Pass(lo, hi, size, capacity)
     best: Packed | None = None
     best_order: list[int] = []
@@ -302,7 +318,7 @@ def _greedy(
         else:
             packed, work = runner.run(order, best_fit)
         if best is None:
-            passes = min(MAX_PASSES, int(budget_s / (work * UNIT_S)))
+            passes = min(max_passes, int(budget_s / (work * UNIT_S)))
         else:
             passes -= 1
         if best is None or packed.key() < best.key():

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from tensorplan.tensor import Tensor
 
@@ -56,8 +56,11 @@ def buffer_specs(types: Sequence[SizedBufferType | int] | int) -> tuple[BufferSp
     return specs
 
 
-@dataclass(frozen=True, slots=True)
-class Placement:
+class Placement(NamedTuple):
+    """Where a planned tensor lives. A NamedTuple, not a frozen dataclass: one is built per
+    block and a tuple costs half as much (a frozen dataclass sets each field through
+    object.__setattr__)."""
+
     buffer_id: int
     chunk: int
     offset: int

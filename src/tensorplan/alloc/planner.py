@@ -15,7 +15,7 @@ from types import MappingProxyType
 
 from tensorplan.alloc import ggml
 from tensorplan.alloc.liveness import Liveness, analyze
-from tensorplan.alloc.offline import DEFAULT_BUDGET_S, node_limit, solve
+from tensorplan.alloc.offline import DEFAULT_BUDGET_S, MAX_PASSES, node_limit, solve
 from tensorplan.alloc.plan import (
     STRATEGIES,
     BufferSpec,
@@ -27,11 +27,17 @@ from tensorplan.alloc.plan import (
 from tensorplan.graph import Graph
 from tensorplan.tensor import Tensor
 
-# The search's default node limit for graphs, far below pack's: models are planned at load,
-# where milliseconds count, and their greedy plans already sit at (or within 0.3% of) the
-# lower bound, which no search improves (a Whisper joint arena took 7 s at 100k nodes).
-GRAPH_MAX_NODES = 2_000
-GRAPH_SEARCH_ABOVE = 0.01  # and search only a greedy plan more than 1% above the bound
+# The search's default node limit for graphs: none. Models are planned at load, where
+# milliseconds count, and their greedy plans reach the lower bound in the first pass; a
+# search node costs 50-100 µs, so even a few hundred would break the 5 µs-per-tensor
+# budget of a small graph that misses the bound (a 130-block random DAG 1.3% above it
+# took 50 µs per tensor with 2,000 nodes). Pass max_nodes to search all the same.
+GRAPH_MAX_NODES = 0
+GRAPH_SEARCH_ABOVE = 0.01  # with max_nodes given: search only a plan >1% above the bound
+# Greedy passes after the first, for graphs: largest first reaches the bound on every
+# model graph, so more passes only help graphs no model resembles, and without a cap a
+# small graph that misses the bound spends the whole heuristic budget (50 ms) on them.
+GRAPH_MAX_PASSES = 2
 
 log = logging.getLogger("tensorplan.alloc")
 trace = logging.getLogger("tensorplan.alloc.trace")  # one line per in-place decision
@@ -111,6 +117,7 @@ def _pack_blocks(
             budget_s=budget_s / max(len(used), 1),
             max_nodes=max_nodes,
             search_above=GRAPH_SEARCH_ABOVE if max_nodes is not None else 0.0,
+            max_passes=GRAPH_MAX_PASSES if max_nodes is not None else MAX_PASSES,
         )
         chunk_sizes.append(tuple(packed.chunk_sizes))
         for b, off, chunk in zip(blocks, packed.offsets, packed.chunks, strict=True):
