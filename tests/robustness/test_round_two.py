@@ -276,14 +276,19 @@ def test_sigterm_stops_a_worker_batch_with_one_message(tmp_path: Path, talk: Pat
     src = tmp_path / "in"
     src.mkdir()
     long = wav(pcm16(tone(120.0)))
-    for i in range(4):
-        (src / f"f{i}.wav").write_bytes(long)
+    n_files = 16  # far more than two workers finish before the first output appears
+    for i in range(n_files):
+        (src / f"f{i:02}.wav").write_bytes(long)
     env = {k: v for k, v in os.environ.items() if k != "TENSORPLAN_DEBUG"}
     proc = subprocess.Popen([sys.executable, "-m", "tensorplan", "transcribe", str(src), "-o",
                              str(tmp_path / "out"), "--workers", "2", *FAST],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                             start_new_session=True)
-    time.sleep(8)  # workers started and busy
+    out = tmp_path / "out"
+    deadline = time.monotonic() + 120
+    while not list(out.glob("*.txt")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)  # stop it once work is under way: a fixed sleep raced a quiet machine
+    assert len(list(out.glob("*.txt"))) < n_files, "the batch ended before it could be stopped"
     os.killpg(proc.pid, signal.SIGTERM)  # as a service manager stops the whole group
     _, err = proc.communicate(timeout=60)
     text = err.decode(errors="replace")

@@ -1,4 +1,4 @@
-"""CPU thread pools in one place: how many threads, and one thread for small products.
+"""CPU thread pools in one place: how many threads each pool uses.
 
 `configure(n)` sets the count every pool uses (OpenBLAS through threadpoolctl, PyTorch's
 intra-op pool, onnxruntime's sessions through `for_pool`). None adapts to the machine: this
@@ -6,11 +6,9 @@ process's cores less the other processes running at that moment (`idle_cores`). 
 tensorplan processes on 2 cores each took 2-15x their lone time with a thread per core
 (every product's workers waiting on a core the other process held), 1.7 s each with one.
 
-OpenBLAS wakes every worker thread for each call. For the decoder's one-row products
-that costs far more than the arithmetic, and when another process shares the cores the
-spinning threads make a 0.1 ms product take 16 ms (measured on this project's 2-core
-machine). So `for_product` runs small products on one thread and big ones (the
-encoder's) on all of them.
+Every BLAS product runs on the configured count (`for_product`): a product's rounding
+depends on OpenBLAS's count, which is one setting per process, so changing it per product
+made sessions on several threads differ from a lone run.
 """
 
 from __future__ import annotations
@@ -22,7 +20,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-SMALL_PRODUCT = 2_000_000  # multiply-adds below which one thread is faster
 LOADAVG = "/proc/loadavg"  # Linux: its 4th field is "runnable/all" tasks
 
 _state: dict[str, Any] = {}
@@ -111,50 +108,24 @@ def _blas_libraries() -> list[Any]:
     return list(ThreadpoolController().select(user_api="blas").lib_controllers)
 
 
-class _BlasGate:
-    """OpenBLAS has one thread count for the whole process, and a product's rounding
-    depends on it (tiny.en's jfk avg_logprob -0.37751068 on 1 thread, -0.37751064 on 2).
-    Products wanting the count in force run together; one wanting another waits until they
-    finish (new ones queue behind it), then switches. So a product's result never depends
-    on what another session runs at the same time, and two sessions' big products never
-    oversubscribe the cores."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._users = 0  # products running with the current count
-        self._pending = 0  # products waiting for another count
-
-    @contextmanager
-    def use(self, lib: Any, want: int) -> Iterator[None]:
-        with self._cond:
-            if self._users and (_state["current"] != want or self._pending):
-                self._pending += 1
-                while self._users:
-                    self._cond.wait()
-                self._pending -= 1
-            if not self._users and lib.num_threads != want:  # asked, not our record
-                lib.set_num_threads(want)
-            _state["current"] = want
-            self._users += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._users -= 1
-                if not self._users:
-                    self._cond.notify_all()
-
-
-_gate = _BlasGate()
-
-
 @contextmanager
 def for_product(macs: int) -> Iterator[None]:
-    """Run a product of `macs` multiply-adds inside this: on one BLAS thread when it is
-    small, on all of them when it is big, whatever other threads run meanwhile."""
+    """Run a BLAS product of `macs` multiply-adds inside this: on the configured count.
+
+    Products used to run on one thread when small. But OpenBLAS's count is one setting
+    for the process and a product's rounding depends on it (tiny.en's jfk avg_logprob
+    -0.37751068 on 1 thread, -0.37751064 on 2), and with sessions on several threads the
+    toggling made beam search differ in the 7th digit from a lone run, even with every
+    product serialized under a lock. A fixed count is deterministic and, measured on a
+    quiet machine, as fast (jfk beam 5: 0.818 s toggling, 0.819 s on a fixed 2 threads,
+    1.059 s on 1); OPENBLAS_THREAD_TIMEOUT (set at import) and the adaptive default keep
+    idle workers from spinning on a busy one."""
     lib = _blas()
-    if lib is None:
-        yield
-        return
-    with _gate.use(lib, 1 if macs < SMALL_PRODUCT else _state["default"]):
-        yield
+    if lib is not None and _state.get("current") != _state["default"]:
+        with _blas_lock:
+            lib.set_num_threads(_state["default"])
+            _state["current"] = _state["default"]
+    yield
+
+
+_blas_lock = threading.Lock()

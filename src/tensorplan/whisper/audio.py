@@ -35,6 +35,7 @@ import numpy as np
 import scipy.fft
 import scipy.sparse
 
+from tensorplan.backends import threads
 from tensorplan.errors import AudioError
 from tensorplan.files import describe_mode, quote
 
@@ -560,7 +561,11 @@ def _log10_mel(audio: np.ndarray, padding: int, start: int, stop: int, n_mels: i
     # scipy's pocketfft is ~1.5x numpy's here; the windowed copy may be overwritten
     spectrum = scipy.fft.rfft(frames * _hann64(), axis=-1, overwrite_x=True)
     power = spectrum.real**2 + spectrum.imag**2
-    mel: np.ndarray = _filters64(n_mels) @ power.T
+    filters = _filters64(n_mels)
+    # a BLAS product: its rounding depends on the thread count, which the gate holds fixed
+    # while it runs (another session's products may want another count meanwhile)
+    with threads.for_product(filters.shape[0] * power.size):
+        mel: np.ndarray = filters @ power.T
     log_mel: np.ndarray = np.log10(np.maximum(mel, LOG_FLOOR)).astype(np.float32)
     return log_mel
 
