@@ -322,6 +322,11 @@ def _read_variable(r: _Reader, version: int) -> Variable:
     expected = math.prod(shape) * np.dtype(storage).itemsize
     if expected > r.size:
         raise r.error(f"variable {name} shape {shape} needs {expected} bytes, file has {r.size}")
+    # an empty tensor's other dims still bounded, as if one element per index: a fuzzed
+    # (3e9,) * 4 + (0,) passed the byte check and broke numpy's reshape
+    if expected == 0 and math.prod(max(n, 1) for n in shape) > max(r.size, 1):
+        raise r.error(f"variable {name} shape {shape} is empty but larger than the file "
+                      f"({r.size} B)")
     if num_bytes != expected:
         raise r.error(
             f"variable {name} has {num_bytes} bytes, shape {shape} {dtype} needs {expected}"
