@@ -160,3 +160,18 @@ def test_each_transcription_of_a_file_closes_its_decoder(tiny_model_factory: Any
         assert len(os.listdir("/proc/self/fd")) <= fds
     finally:
         gc.enable()
+
+
+def test_a_closed_session_lets_go_of_its_memory(tiny_model_factory: Any,
+                                                 jfk_audio: np.ndarray) -> None:
+    import weakref
+
+    session = tiny_model_factory("joint").session()
+    session.transcribe(jfk_audio, beam_size=None)
+    held = [weakref.ref(b.data.base if b.data.base is not None else b.data)
+            for b in session.state.buffers.values()]
+    session.close()
+    gc.collect()
+    assert all(r() is None for r in held)  # the arenas and KV caches are gone
+    with pytest.raises(ValueError, match="not given"):
+        session.transcribe(jfk_audio, beam_size=None)

@@ -134,7 +134,7 @@ class Session:
 
     def close(self) -> None:
         """Drop this session's memory (it is not used afterwards)."""
-        self.state.buffers.clear()
+        self.state.close()
 
     def __enter__(self) -> Session:
         return self
@@ -162,10 +162,6 @@ class SessionPool:
             with self._lock:
                 if len(self._idle) < self.keep:
                     self._idle.append(session)
-
-    @property
-    def idle(self) -> int:
-        return len(self._idle)
 
 
 class Whisper:

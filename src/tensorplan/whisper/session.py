@@ -54,6 +54,13 @@ class WhisperSession:
         self._aligning = None
         self._batches = {}
 
+    def close(self) -> None:
+        """Let go of this session's memory: its executors held the buffers too, so only
+        dropping them frees it. Any later run fails with "not given" (no bindings)."""
+        self.buffers = {}
+        self.executor = self.model.backend.executor({})
+        self._aligning = None
+
     def _align_executor(self) -> Executor:
         """The executor of the alignment graphs: this session's buffers plus their own."""
         if self._aligning is None:
