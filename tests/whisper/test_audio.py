@@ -108,9 +108,12 @@ def test_log_mel_of_noise_and_short_inputs() -> None:
     assert log_mel_spectrogram(short[:159]).shape == (80, 0)
 
 
+@pytest.mark.parametrize("keep", [True, False], ids=["kept", "recomputed"])
 def test_chunked_frames_equal_the_whole_spectrogram(
-    jfk: np.ndarray, monkeypatch: pytest.MonkeyPatch
+    jfk: np.ndarray, monkeypatch: pytest.MonkeyPatch, keep: bool
 ) -> None:
+    if not keep:  # a long recording's windows are recomputed from the samples
+        monkeypatch.setattr(audio, "KEEP_MEL_BYTES", 0)
     monkeypatch.setattr(audio, "CHUNK_FRAMES", 700)  # chunk boundaries everywhere
     whole = log_mel_spectrogram(jfk, padding=N_SAMPLES)
     monkeypatch.setattr(audio, "CHUNK_FRAMES", 333)
@@ -129,6 +132,15 @@ def test_chunked_frames_equal_the_whole_spectrogram(
         frames.frames(10, 4101)
     unpadded = MelFrames(jfk, padding=0)
     np.testing.assert_array_equal(unpadded.frames(0, 1100), log_mel_spectrogram(jfk))
+
+
+@pytest.mark.parametrize("n_mels", [80, 128])
+def test_mel_product_is_scipys_sparse_product_bit_for_bit(n_mels: int) -> None:
+    # the taps sum each mel's terms in the order a CSR matrix-vector product does
+    scipy_sparse = pytest.importorskip("scipy.sparse")
+    power = np.random.default_rng(0).random((777, 201)) ** 4 * 100
+    want = scipy_sparse.csr_array(mel_filters(n_mels).astype(np.float64)) @ power.T
+    np.testing.assert_array_equal(audio._mel_power(power, n_mels), want)
 
 
 def test_global_max_comes_from_the_whole_recording() -> None:

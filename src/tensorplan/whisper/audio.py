@@ -13,7 +13,8 @@ shorter one.
 The spectrogram of long audio is never materialized. Each frame depends only on its own 400
 samples, but the normalization uses the maximum over the whole recording, so `MelFrames`
 makes two passes: construction computes the maximum chunk by chunk, and each window is then
-recomputed on demand (one 30 s window costs milliseconds, far less than the encoder). The
+recomputed on demand (one 30 s window costs milliseconds, far less than the encoder) unless
+the recording is short enough to keep the first pass's frames (KEEP_MEL_BYTES). The
 STFT and mel product run in float64, so results agree with a float64 reference to ~1e-7, and
 every frame is computed by the same fixed sequence of operations whatever the chunking, so
 chunked windows equal `log_mel_spectrogram` of the whole file bit for bit.
@@ -32,10 +33,7 @@ from typing import IO, Any
 
 import av
 import numpy as np
-import scipy.fft
-import scipy.sparse
 
-from tensorplan.backends import threads
 from tensorplan.errors import AudioError
 from tensorplan.files import describe_mode, quote
 
@@ -50,6 +48,7 @@ N_FREQS = N_FFT // 2 + 1  # 201 rFFT bins
 LOG_FLOOR = 1e-10  # mel power is clamped here before log10
 DYNAMIC_RANGE = 8.0  # log10 units kept below the global maximum (80 dB)
 CHUNK_FRAMES = 2000  # frames per STFT batch: bounds temporaries to ~20 MB
+KEEP_MEL_BYTES = 16 << 20  # MelFrames keeps a recording's frames up to this (~8 min, 80 mels)
 _PAD = N_FFT // 2  # reflect padding each side (torch.stft center=True)
 _FLOAT_FORMATS = ("flt", "fltp", "dbl", "dblp")
 _MAX_WAV_CHUNKS = 64  # header chunks looked at before "data"; real files have a handful
@@ -483,8 +482,10 @@ def log_mel_spectrogram(audio: np.ndarray, n_mels: int = 80, padding: int = 0) -
 class MelFrames:
     """The normalized log-mel frames of a whole recording, served window by window.
 
-    Frame for frame equal to `log_mel_spectrogram(audio, n_mels, padding)`, but only one
-    chunk's temporaries and the requested window are ever in memory. The default `padding`
+    Frame for frame equal to `log_mel_spectrogram(audio, n_mels, padding)`. A recording whose
+    frames fit KEEP_MEL_BYTES keeps them from the first pass (a short file's windows are not
+    computed twice); a longer one holds only one chunk's temporaries and the requested
+    window, each window recomputed on demand. The default `padding`
     is transcribe's: the mel of the audio followed by 30 s of zeros. Satisfies
     `transcribe.MelFrames`: `n_frames` counts the frames of the audio itself (the padding's
     frames are still served, and only shape the frames near the end and the maximum).
@@ -497,11 +498,16 @@ class MelFrames:
         self.padding = padding
         self.n_frames = self.audio.size // HOP_LENGTH  # content frames
         self.n_total = (self.audio.size + padding) // HOP_LENGTH  # including the padding's
-        # pass 1: the global maximum the normalization needs
+        # pass 1: the global maximum the normalization needs; short audio keeps its frames
+        keep = self.n_total * n_mels * 4 <= KEEP_MEL_BYTES
+        self._kept = np.empty((n_mels, self.n_total), np.float32) if keep else None
         peak = np.float32(np.log10(LOG_FLOOR))
         for start in range(0, self.n_total, CHUNK_FRAMES):
             stop = min(start + CHUNK_FRAMES, self.n_total)
-            peak = max(peak, _log10_mel(self.audio, padding, start, stop, n_mels).max())
+            chunk = _log10_mel(self.audio, padding, start, stop, n_mels)
+            peak = max(peak, chunk.max())
+            if self._kept is not None:
+                self._kept[:, start:stop] = chunk
         self.max_log = np.float32(peak)
 
     def frames(self, start: int, stop: int) -> np.ndarray:
@@ -509,6 +515,8 @@ class MelFrames:
         if not 0 <= start <= stop <= self.n_total:
             raise IndexError(f"frames [{start}, {stop}) outside [0, {self.n_total})")
         out = np.empty((self.n_mels, stop - start), np.float32)
+        if self._kept is not None:  # the same frames pass 1 computed (chunking changes no bit)
+            return _normalize(self._kept[:, start:stop], self.max_log, out=out)
         for a in range(start, stop, CHUNK_FRAMES):
             b = min(a + CHUNK_FRAMES, stop)
             out[:, a - start : b - start] = _log10_mel(self.audio, self.padding, a, b, self.n_mels)
@@ -542,11 +550,37 @@ def _normalize(log_mel: np.ndarray, peak: np.floating[Any], out: np.ndarray) -> 
 
 
 @lru_cache(maxsize=4)
-def _filters64(n_mels: int) -> scipy.sparse.csr_array:
-    # Sparse: 391 of 16080 weights are nonzero (80 mels). Each output is then a sum in a fixed
-    # order whatever the chunk's width (so chunked == whole, bit for bit), with ~40x fewer
-    # flops than a dense product and no BLAS threads to contend for shared cores.
-    return scipy.sparse.csr_array(mel_filters(n_mels).astype(np.float64))
+def _filter_taps(n_mels: int) -> tuple[np.ndarray, np.ndarray]:
+    """The filterbank as taps: (weights (W, n_mels) float64, bins (W, n_mels)), where tap t
+    of mel i is its t-th nonzero weight and the rFFT bin it multiplies (each filter's
+    nonzeros are one contiguous run of bins; a filter with fewer than W has 0 weights on
+    its last bin). 391 of 16080 weights are nonzero (80 mels, W = 14)."""
+    dense = mel_filters(n_mels).astype(np.float64)
+    runs = [np.flatnonzero(row) for row in dense]
+    width = max(len(r) for r in runs)
+    weights = np.zeros((width, n_mels))
+    bins = np.zeros((width, n_mels), np.intp)
+    for i, run in enumerate(runs):
+        weights[: len(run), i] = dense[i, run]
+        bins[:, i] = np.minimum(run[0] + np.arange(width), N_FREQS - 1)
+    return weights, bins
+
+
+def _mel_power(power: np.ndarray, n_mels: int) -> np.ndarray:
+    """power (frames, N_FREQS) float64 -> mel power (n_mels, frames): each mel a sum of its
+    filter's terms in bin order, one tap at a time for all mels and frames at once.
+
+    Every output is summed in the same fixed order whatever the number of frames (so chunked
+    == whole, bit for bit), with ~40x fewer flops than a dense product, no BLAS threads to
+    contend for shared cores, and no scipy (whose import cost ~0.1 s of every run)."""
+    weights, bins = _filter_taps(n_mels)
+    acc = np.multiply(power[:, bins[0]], weights[0])  # (frames, n_mels)
+    term = np.empty_like(acc)
+    for w, b in zip(weights[1:], bins[1:], strict=True):
+        np.multiply(power[:, b], w, out=term)  # a padding tap adds 0 * power = +0.0
+        acc += term
+    out: np.ndarray = acc.T
+    return out
 
 
 @lru_cache(maxsize=1)
@@ -558,14 +592,9 @@ def _log10_mel(audio: np.ndarray, padding: int, start: int, stop: int, n_mels: i
     """log10 of the clamped mel power of frames [start, stop), (n_mels, stop - start)."""
     segment = _padded(audio, padding, start * HOP_LENGTH, (stop - 1) * HOP_LENGTH + N_FFT)
     frames = np.lib.stride_tricks.sliding_window_view(segment, N_FFT)[::HOP_LENGTH]
-    # scipy's pocketfft is ~1.5x numpy's here; the windowed copy may be overwritten
-    spectrum = scipy.fft.rfft(frames * _hann64(), axis=-1, overwrite_x=True)
+    spectrum = np.fft.rfft(frames * _hann64(), axis=-1)  # scipy.fft's pocketfft, same bits
     power = spectrum.real**2 + spectrum.imag**2
-    filters = _filters64(n_mels)
-    # a BLAS product: its rounding depends on the thread count, which the gate holds fixed
-    # while it runs (another session's products may want another count meanwhile)
-    with threads.for_product(filters.shape[0] * power.size):
-        mel: np.ndarray = filters @ power.T
+    mel = _mel_power(power, n_mels)
     log_mel: np.ndarray = np.log10(np.maximum(mel, LOG_FLOOR)).astype(np.float32)
     return log_mel
 
