@@ -206,3 +206,22 @@ def test_compute_allocates_nothing_tensor_sized(strategy: str) -> None:
     # block scratch only: 1 MiB to widen the float16 weight, 128-256 KiB for row blocks
     assert total > 16 << 20
     assert peak < 2 << 20, f"peak {peak} B during compute of a {total} B graph"
+
+
+def test_erf_is_scipys_float32_erf_bit_for_bit() -> None:
+    """The gelu kernel's erf (float64 polynomials, rounded) against scipy.special.erf's
+    float32 loop (erf in double, rounded): equal everywhere, edges and non-finite included."""
+    scipy_special = pytest.importorskip("scipy.special")
+    from tensorplan.backends.kernels import erf
+
+    rng = np.random.default_rng(0)
+    u = np.concatenate([
+        rng.standard_normal(1_000_000).astype(np.float32) * 1.5,
+        np.linspace(-4.5, 4.5, 1_000_001, dtype=np.float32),
+        np.array([0, -0.0, 1, -1, np.nextafter(1, 0), 3.9, 4, -4, 1e-30, 1e30, -3e38,
+                  np.inf, -np.inf, np.nan], np.float32),
+    ])  # fmt: skip
+    got = np.empty_like(u)
+    with np.errstate(all="ignore"):
+        erf(u, got, [np.empty(u.size) for _ in range(5)])
+    np.testing.assert_array_equal(got, scipy_special.erf(u))

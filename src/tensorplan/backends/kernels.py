@@ -103,23 +103,82 @@ def relu(out: np.ndarray, srcs: Sequence[np.ndarray], params: Mapping[str, Any])
 def gelu(out: np.ndarray, srcs: Sequence[np.ndarray], params: Mapping[str, Any]) -> None:
     """x * (1 + erf(x / sqrt(2))) / 2, exact (not the tanh approximation)."""
     x = srcs[0]
-    scratch = _Scratch(_block_cap(out.shape, False), _work_dtype(out.dtype))
-    for idx in blocks(out.shape):
-        xb = x[idx]
-        s = scratch.take(xb.shape)
-        np.multiply(xb, 1 / math.sqrt(2), out=s)
-        _erf()(s, out=s)
-        s += 1
-        s *= xb
-        np.multiply(s, 0.5, out=out[idx])
+    cap = _block_cap(out.shape, False)
+    scratch = _Scratch(cap, _work_dtype(out.dtype))
+    wide = [_Scratch(cap, np.float64) for _ in range(5)]
+    with np.errstate(all="ignore"):  # erf's unused branch may overflow; inf and nan pass
+        for idx in blocks(out.shape):
+            xb = x[idx]
+            s = scratch.take(xb.shape)
+            np.multiply(xb, 1 / math.sqrt(2), out=s)
+            erf(s, s, [w.take(s.shape) for w in wide])
+            s += 1
+            s *= xb
+            np.multiply(s, 0.5, out=out[idx])
 
 
-def _erf() -> Any:
-    """scipy's erf ufunc, imported at the first gelu: importing scipy.special costs 0.14-0.2 s
-    (its array-API layer), a third of tensorplan's import, and most graphs have no gelu."""
-    import scipy.special
+# erf(u) = u * P(2u^2 - 1) for |u| < 1 and sign(u) * (1 - exp(-u^2) * Q((|u| - 2.5) / 1.5))
+# for 1 <= |u| <= 4 (Q ~ erfcx, the scaled complementary error function; erf is 1 in float32
+# beyond 4): Chebyshev fits of math.erf at 400 nodes, in the power basis, highest first.
+# Absolute error ~1e-15 in float64, so the float32 result is the correctly rounded erf, as
+# scipy.special.erf's float32 loop gives (erf in double, rounded): tests check that bit for
+# bit. 1.6-1.9x faster than scipy's (gelu of 1500 x 1536), and no scipy import (0.1-0.2 s).
+_ERF_SMALL = (
+    -3.094966254557458e-13, 9.224607213258915e-12, -2.0371020156686454e-10,
+    4.115719285663235e-09, -7.511551131917184e-08, 1.2233827920114852e-06,
+    -1.7537169520176798e-05, 0.00021751715602492532, -0.0022854855611293633,
+    0.0198524966889857, -0.14053608902271797, 0.9654687386698676,
+)  # fmt: skip
+_ERFCX_LARGE = (
+    2.472423037157623e-08, -7.43301244111683e-08, 1.0833258166255659e-07,
+    -3.210988747605776e-07, 1.143256718826069e-06, -3.2222522198774923e-06,
+    8.689962321596686e-06, -2.3559434938525902e-05, 6.258891378684257e-05,
+    -0.00016203181187794674, 0.0004090822596734883, -0.001005826749054815,
+    0.002403648085968128, -0.005570706772364841, 0.012489373848078602,
+    -0.02700529663062456, 0.05611049344593109, -0.11152102018526125, 0.21080636406113887,
+)  # fmt: skip
 
-    return scipy.special.erf
+
+def _horner(coef: Sequence[float], t: np.ndarray, acc: np.ndarray) -> np.ndarray:
+    acc.fill(coef[0])
+    for c in coef[1:]:
+        acc *= t
+        acc += c
+    return acc
+
+
+def erf(u: np.ndarray, out: np.ndarray, wide: Sequence[np.ndarray]) -> None:
+    """out = erf(u) for contiguous float32 u and out (may be the same array), through five
+    float64 scratch arrays of u's size in `wide`; the |u| >= 1 branch runs on those elements
+    only. Call it under np.errstate(all="ignore"): the small branch's polynomial is
+    evaluated (and discarded) everywhere."""
+    w, t, acc, a, q = (x.reshape(-1) for x in wide)
+    np.copyto(w, u.reshape(-1))
+    np.multiply(w, w, out=t)
+    np.minimum(t, 1.0, out=t)  # beyond 1 the small branch is not used: no overflow
+    t *= 2
+    t -= 1
+    _horner(_ERF_SMALL, t, acc)
+    acc *= w
+    np.abs(w, out=t)
+    large = np.flatnonzero(t >= 1)
+    if large.size:
+        n = large.size
+        a, q, big = a[:n], q[:n], t[:n]
+        np.take(t, large, out=a)  # |u|; t is free from here on
+        np.minimum(a, 4.0, out=a)
+        np.subtract(a, 2.5, out=q)
+        q *= 2 / 3
+        _horner(_ERFCX_LARGE, q, big)
+        np.multiply(a, a, out=a)
+        np.negative(a, out=a)
+        np.exp(a, out=a)
+        big *= a  # erfc(|u|)
+        np.subtract(1.0, big, out=big)
+        np.take(w, large, out=q)
+        np.copysign(big, q, out=big)
+        np.put(acc, large, big)
+    np.copyto(out.reshape(-1), acc, casting="same_kind")
 
 
 def silu(out: np.ndarray, srcs: Sequence[np.ndarray], params: Mapping[str, Any]) -> None:
