@@ -338,3 +338,28 @@ def test_mel_frames_serve_the_windows_of_transcribes_padded_mel(jfk: np.ndarray)
     assert frames.n_frames == padded.n_frames
     for seek, n in ((0, 1100), (300, 800), (1000, 3000)):
         np.testing.assert_array_equal(frames.window(seek, n), padded.window(seek, n))
+
+
+def test_a_plain_wav_is_read_without_ffmpeg_to_the_same_samples(
+    tmp_path: Path, jfk: np.ndarray, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pcm = np.round(jfk[:40000] * 32768).astype(np.int16)
+    plain = tmp_path / "plain.wav"
+    plain.write_bytes(_wav(pcm, 16000))
+    assert audio._pcm16_wav(open(plain, "rb"), 16000) is not None
+    assert audio.plain_wav_seconds(plain) == 40000 / 16000
+    direct = load_audio(plain)
+    streamed = MelFrames(audio.StreamedAudio(plain)).window(0)
+    monkeypatch.setattr(audio, "_pcm16_wav", lambda file, sr: None)  # everything by ffmpeg
+    np.testing.assert_array_equal(direct, load_audio(plain))
+    np.testing.assert_array_equal(streamed, MelFrames(audio.StreamedAudio(plain)).window(0))
+
+
+@pytest.mark.parametrize(("rate", "stereo", "float32"),
+                         [(8000, False, False), (16000, True, False), (16000, False, True)])
+def test_other_wavs_go_to_ffmpeg(tmp_path: Path, rate: int, stereo: bool, float32: bool) -> None:
+    x = np.zeros((1600, 2) if stereo else 1600, np.float32 if float32 else np.int16)
+    path = tmp_path / "other.wav"
+    path.write_bytes(_wav(x, rate, float32))
+    assert audio._pcm16_wav(open(path, "rb"), 16000) is None
+    assert audio.plain_wav_seconds(path) is None

@@ -3,7 +3,9 @@ reads (openai-whisper's log-mel front end).
 
 Decoding uses PyAV (its wheels bundle ffmpeg). Frames are resampled as they are decoded by
 libswresample to signed 16-bit mono at 16 kHz, then divided by 32768: the same path as the
-reference's `ffmpeg -ac 1 -ar 16000 -f s16le`. The compressed input is streamed; the decoded
+reference's `ffmpeg -ac 1 -ar 16000 -f s16le`. A WAV that already is 16-bit mono PCM at 16
+kHz, which that path would not change, is read directly, without importing PyAV (40-50 ms of
+a short run). The compressed input is streamed; the decoded
 samples are kept whole (float32 at 16 kHz is 230 MB per hour), since the seek loop revisits
 them. Truncation is caught three ways: decoder errors, a WAV whose data chunk runs past the
 end of the file, and fewer samples than the container declares (by more than 10 % and 1 s, to
@@ -31,7 +33,6 @@ from collections.abc import Iterator
 from functools import lru_cache
 from typing import IO, Any
 
-import av
 import numpy as np
 
 from tensorplan.errors import AudioError
@@ -70,7 +71,7 @@ def load_audio(source: str | os.PathLike[str] | bytes, sr: int = SAMPLE_RATE,
     MIN_SOURCE_RATE.
     """
     name, file = _open(source)
-    with file, _Decoder(file, name, sr, stream) as decoder:
+    with file, _decoder(file, name, sr, stream) as decoder:
         declared = decoder.declared
         samples = _Samples(int(min(declared or 30, _INITIAL_SECONDS_CAP) * sr) + sr)
         for pcm in decoder.chunks():
@@ -204,7 +205,7 @@ class StreamedAudio:
 
     def _pcm(self) -> Iterator[np.ndarray]:
         _, file = _open(self.source)
-        with file, _Decoder(file, self.name, self.sr, self.stream) as decoder:
+        with file, _decoder(file, self.name, self.sr, self.stream) as decoder:
             yield from decoder.chunks()
 
 
@@ -289,10 +290,88 @@ def _wav_truncated(file: IO[bytes]) -> str | None:
     return problem
 
 
+def _decoder(file: IO[bytes], name: str, sr: int, stream: int | None) -> _Decoder | _WavDecoder:
+    """A decoding pass over an opened file: a plain 16-bit mono WAV at `sr` Hz is read as it
+    is (what ffmpeg would decode it to, with no resampling to do), anything else by ffmpeg."""
+    data = _pcm16_wav(file, sr) if stream in (None, 0) else None
+    if data is not None:
+        return _WavDecoder(file, name, sr, *data)
+    return _Decoder(file, name, sr, stream)
+
+
+def plain_wav_seconds(path: str | os.PathLike[str]) -> float | None:
+    """The duration of a file that is a plain 16-bit mono WAV at 16 kHz (read without
+    PyAV), else None."""
+    try:
+        with open(path, "rb") as file:
+            data = _pcm16_wav(file, SAMPLE_RATE)
+    except OSError:
+        return None
+    return data[1] / SAMPLE_RATE if data is not None else None
+
+
+def _pcm16_wav(file: IO[bytes], sr: int) -> tuple[int, int] | None:
+    """(byte offset, samples) of the data of a RIFF/WAVE file of 16-bit mono PCM at `sr` Hz
+    whose data chunk lies whole in the file; None for anything else (other formats, rates or
+    layouts, a streaming writer's unknown length, a truncated or odd-sized chunk)."""
+    if not file.seekable():
+        return None
+    size = file.seek(0, io.SEEK_END)
+    file.seek(0)
+    header = file.read(12)
+    found = None
+    if len(header) == 12 and header[:4] == b"RIFF" and header[8:] == b"WAVE":
+        pos, plain = 12, False
+        for _ in range(_MAX_WAV_CHUNKS):
+            if pos + 8 > size:
+                break
+            file.seek(pos)
+            chunk_id, chunk_size = struct.unpack("<4sI", file.read(8))
+            if chunk_id == b"fmt " and chunk_size >= 16 and pos + 24 <= size:
+                tag, channels, rate, _, align, bits = struct.unpack("<HHIIHH", file.read(16))
+                plain = (tag, channels, rate, align, bits) == (1, 1, sr, 2, 16)
+            elif chunk_id == b"data":
+                if plain and 0 < chunk_size < 0xFFFFFFFF and chunk_size % 2 == 0 \
+                        and pos + 8 + chunk_size <= size:
+                    found = (pos + 8, chunk_size // 2)
+                break
+            pos += 8 + chunk_size + (chunk_size & 1)  # chunks are padded to even sizes
+    file.seek(0)
+    return found
+
+
+class _WavDecoder:
+    """A plain WAV's samples (see _pcm16_wav), as `_Decoder` yields them: no PyAV import (40-50
+    ms of a run), no ffmpeg threads."""
+
+    CHUNK_SAMPLES = 1 << 16
+
+    def __init__(self, file: IO[bytes], name: str, sr: int, offset: int, n: int) -> None:
+        self.file, self.name, self.offset, self.n = file, name, offset, n
+        self.declared: float | None = n / sr
+
+    def __enter__(self) -> _WavDecoder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass  # the file is the caller's to close
+
+    def chunks(self) -> Iterator[np.ndarray]:
+        self.file.seek(self.offset)
+        for start in range(0, self.n, self.CHUNK_SAMPLES):
+            want = min(self.CHUNK_SAMPLES, self.n - start)
+            data = self.file.read(2 * want)
+            if len(data) != 2 * want:  # the file shrank since it was opened
+                raise AudioError(f"{self.name}: truncated at {start / SAMPLE_RATE:.2f} s")
+            yield np.frombuffer(data, "<i2")
+
+
 class _Decoder:
     """One decoding pass over an opened file: `chunks()` yields int16 mono PCM at `sr`."""
 
     def __init__(self, file: IO[bytes], name: str, sr: int, stream: int | None) -> None:
+        import av  # 40-50 ms: only for what ffmpeg must decode
+
         truncated = _wav_truncated(file)
         if truncated:
             raise AudioError(f"{name}: truncated WAV ({truncated})")
@@ -315,6 +394,8 @@ class _Decoder:
         self.container.close()
 
     def chunks(self) -> Iterator[np.ndarray]:
+        import av
+
         name, sr = self.name, self.sr
         resampler = av.AudioResampler(format="s16", layout="mono", rate=sr)
         n = 0
@@ -373,6 +454,8 @@ def _downmix(frame: Any) -> Any:
         mixed = planes.mean(axis=0)
     else:  # packed: one row of interleaved samples
         mixed = planes.reshape(-1, n_channels).mean(axis=1)
+    import av
+
     kind = frame.format.name.rstrip("p")
     if kind == "u8":
         mixed = (mixed - 128) / 128
@@ -395,6 +478,8 @@ def _reason(e: BaseException) -> str:
 
 
 def _declared_seconds(container: Any, stream: Any) -> float | None:
+    import av
+
     if stream.duration is not None and stream.time_base is not None:
         return float(stream.duration * stream.time_base)
     if container.duration is not None:

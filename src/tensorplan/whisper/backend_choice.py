@@ -41,10 +41,16 @@ def resolve(name: str, compute_type: str = "float32",
 def audio_seconds(paths: Sequence[str | os.PathLike[str]]) -> float | None:
     """The declared total duration of these files (their containers' headers, not decoded),
     or None when any is unknown (unreadable, a stream without a duration)."""
-    import av  # already needed to decode them; the probe reads headers only
+    from tensorplan.whisper.audio import plain_wav_seconds
 
     total = 0.0
     for path in paths:
+        seconds = plain_wav_seconds(path)  # a plain WAV: its header, no PyAV import
+        if seconds is not None:
+            total += seconds
+            continue
+        import av  # needed to decode them anyway; the probe reads headers only
+
         try:
             with av.open(os.fspath(path), metadata_errors="ignore") as container:
                 if container.duration is None:
