@@ -21,6 +21,7 @@ against openai-whisper and HF transformers on the same dimensions, random weight
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 import time
@@ -180,7 +181,7 @@ def openai_whisper(dims_name: str, args: argparse.Namespace) -> dict[str, float]
     device, d = args.device, DIMS[dims_name]
     dtype = torch.float16 if device == "cuda" else torch.float32
     torch.manual_seed(args.seed)
-    model = Whisper(ModelDimensions(**vars(d))).to(device, dtype).eval()
+    model = Whisper(ModelDimensions(**dataclasses.asdict(d))).to(device, dtype).eval()
     mel = torch.randn(1, d.n_mels, 3000, device=device, dtype=dtype)
 
     def decoder_step(b: int, enc: Any) -> Callable[[int], None]:
