@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import shutil
 import struct
-import tracemalloc
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,6 +22,7 @@ import numpy as np
 import pytest
 from clirun import assert_ok, assert_user_error, run_cli
 from synth_audio import wav
+from whisper_helpers import traced_peak
 
 from tensorplan import cli
 
@@ -192,12 +192,7 @@ CLI_SUBSET = ("missing model.bin", "truncated inside a payload", "absurd dims (2
 def _main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, int]:
     """cli.main in this process: (exit code, stderr, traced peak bytes)."""
     capsys.readouterr()
-    tracemalloc.start()
-    try:
-        rc = cli.main(argv)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    rc, peak = traced_peak(lambda: cli.main(argv))
     return rc, capsys.readouterr().err, peak
 
 
