@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
-import workers
+import worker_io
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -143,7 +143,7 @@ def load(impl: str, precision: str, beam: int, batch: int, ct2: str) -> Any:
 
 def worker(spec: dict[str, Any]) -> None:
     """Serve "AUDIO.npy" -> {"seconds", "text"} on stdin/stdout; "" ends with the RSS."""
-    reply = workers.protocol()
+    reply = worker_io.protocol()
     try:
         transcribe = load(spec["impl"], spec["precision"], spec["beam"], spec["batch"],
                           spec["ct2"])
@@ -152,13 +152,13 @@ def worker(spec: dict[str, Any]) -> None:
         reply(error=f"{type(e).__name__}: {e}")
         return
     reply(ready=True)
-    workers.serve(transcribe, reply)
+    worker_io.serve(transcribe, reply)
 
 
 class Worker:
     def __init__(self, spec: dict[str, Any], python: str, log: IO[str]) -> None:
         self.spec, self.times, self.text, self.rss_mb = spec, [], "", float("nan")
-        env = workers.child_env(THREADS, PYTHONPATH=str(ROOT / "src"))
+        env = worker_io.child_env(THREADS, PYTHONPATH=str(ROOT / "src"))
         self.proc = subprocess.Popen([python, __file__, "--worker", json.dumps(spec)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                      text=True, env=env)

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
-import workers
+import worker_io
 
 ROOT = Path(__file__).resolve().parents[1]
 JFK = ROOT / "samples" / "jfk.wav"
@@ -93,7 +93,7 @@ def load(name: str, beam: int, files: dict[str, str]) -> Any:
 
 def worker(name: str, beam: int, files: dict[str, str]) -> None:
     """Serve requests "AUDIO.npy" → {"seconds", "text"} on stdin/stdout; "" ends."""
-    reply = workers.protocol()
+    reply = worker_io.protocol()
     try:
         start = time.perf_counter()
         transcribe = load(name, beam, files)
@@ -101,8 +101,8 @@ def worker(name: str, beam: int, files: dict[str, str]) -> None:
     except Exception as e:  # a peer that cannot load is reported, not fatal
         reply(error=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
         return
-    reply(load_s=load_s, rss_mb=workers.maxrss_mb())
-    workers.serve(transcribe, reply)
+    reply(load_s=load_s, rss_mb=worker_io.maxrss_mb())
+    worker_io.serve(transcribe, reply)
 
 
 # ---- the parent ------------------------------------------------------------------------------
@@ -132,7 +132,7 @@ def start(name: str, beam: int, files: dict[str, str], log: IO[str]) -> Worker:
     cmd = [sys.executable, __file__, "--worker", name, "--beam", str(beam),
            "--files", json.dumps(files)]
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                            text=True, env=workers.child_env(THREADS))
+                            text=True, env=worker_io.child_env(THREADS))
     w = Worker(name, beam, proc)
     assert proc.stdout is not None
     first = json.loads(proc.stdout.readline() or '{"error": "exited while loading"}')
