@@ -27,11 +27,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
+import worker_io
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -143,13 +143,7 @@ def load(impl: str, precision: str, beam: int, batch: int, ct2: str) -> Any:
 
 def worker(spec: dict[str, Any]) -> None:
     """Serve "AUDIO.npy" -> {"seconds", "text"} on stdin/stdout; "" ends with the RSS."""
-    out = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)  # library chatter goes to stderr, not the protocol
-
-    def reply(**kw: object) -> None:
-        out.write(json.dumps(kw) + "\n")
-        out.flush()
-
+    reply = worker_io.protocol()
     try:
         transcribe = load(spec["impl"], spec["precision"], spec["beam"], spec["batch"],
                           spec["ct2"])
@@ -158,29 +152,13 @@ def worker(spec: dict[str, Any]) -> None:
         reply(error=f"{type(e).__name__}: {e}")
         return
     reply(ready=True)
-    for line in sys.stdin:
-        if not line.strip():
-            break
-        audio = np.load(line.strip())
-        start = time.perf_counter()
-        text = transcribe(audio)
-        reply(seconds=time.perf_counter() - start, text=text)
-    reply(rss_mb=_maxrss_mb())
-
-
-def _maxrss_mb() -> float:
-    status = Path("/proc/self/status").read_text()
-    kib = next(int(line.split()[1]) for line in status.splitlines()
-               if line.startswith("VmHWM:"))
-    return kib * 1024 / 1e6
+    worker_io.serve(transcribe, reply)
 
 
 class Worker:
     def __init__(self, spec: dict[str, Any], python: str, log: IO[str]) -> None:
         self.spec, self.times, self.text, self.rss_mb = spec, [], "", float("nan")
-        env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ, "OMP_NUM_THREADS": str(THREADS),
-               "OPENBLAS_NUM_THREADS": str(THREADS),
-               "PYTHONPATH": str(ROOT / "src")}
+        env = worker_io.child_env(THREADS, PYTHONPATH=str(ROOT / "src"))
         self.proc = subprocess.Popen([python, __file__, "--worker", json.dumps(spec)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                      text=True, env=env)

@@ -21,6 +21,7 @@ against openai-whisper and HF transformers on the same dimensions, random weight
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 import time
@@ -132,6 +133,19 @@ def decode_ms(step: Callable[[int], Any], n_tokens: int, device: str, repeats: i
     return timed(run, device, repeats) / (n_tokens + 1)
 
 
+def encoder_and_decoder_ms(encode: Callable[[], Any],
+                           decoder_step: Callable[[int, Any], Callable[[int], Any]],
+                           args: argparse.Namespace) -> dict[str, float]:
+    """ms of encode(), then for each batch size b ms per token of decoder_step(b, enc)'s
+    step (enc: encode()'s result, for the cross-attention)."""
+    out = {"encoder": timed(encode, args.device, args.repeats)}
+    enc = encode()
+    for b in args.batch:
+        out[f"decoder b{b}"] = decode_ms(decoder_step(b, enc), args.tokens, args.device,
+                                         args.repeats)
+    return out
+
+
 def ours(dims_name: str, args: argparse.Namespace, graphs: bool) -> dict[str, float]:
     device, dims = args.device, DIMS[dims_name]
     capturer = RecordingCapturer() if graphs and device == "cpu" else None
@@ -142,11 +156,11 @@ def ours(dims_name: str, args: argparse.Namespace, graphs: bool) -> dict[str, fl
                          max_batch=max(args.batch))
     session = WhisperSession(model)
     mel = np.random.default_rng(args.seed).standard_normal((dims.n_mels, 3000), np.float32)
-    out = {"encoder": timed(lambda: session.encode(mel), device, args.repeats)}
-    for b in args.batch:
-        state: dict[str, Any] = {}
 
-        def step(i: int, b: int = b, state: dict[str, Any] = state) -> None:
+    def decoder_step(b: int, _enc: Any) -> Callable[[int], None]:
+        state: dict[str, Any] = {}  # the session holds the encoder's output itself
+
+        def step(i: int) -> None:
             if i == 0:
                 state["inf"] = session.inference(b)
                 state["tok"] = np.full((b, 1), SOT)
@@ -154,8 +168,9 @@ def ours(dims_name: str, args: argparse.Namespace, graphs: bool) -> dict[str, fl
                 state["tok"] = np.concatenate([state["tok"], np.full((b, 1), 220 + i)], 1)
             state["inf"].logits(state["tok"])  # logits rows back on the host, as decoding
 
-        out[f"decoder b{b}"] = decode_ms(step, args.tokens, device, args.repeats)
-    return out
+        return step
+
+    return encoder_and_decoder_ms(lambda: session.encode(mel), decoder_step, args)
 
 
 def openai_whisper(dims_name: str, args: argparse.Namespace) -> dict[str, float] | str:
@@ -166,32 +181,32 @@ def openai_whisper(dims_name: str, args: argparse.Namespace) -> dict[str, float]
     device, d = args.device, DIMS[dims_name]
     dtype = torch.float16 if device == "cuda" else torch.float32
     torch.manual_seed(args.seed)
-    model = Whisper(ModelDimensions(**vars(d))).to(device, dtype).eval()
+    model = Whisper(ModelDimensions(**dataclasses.asdict(d))).to(device, dtype).eval()
     mel = torch.randn(1, d.n_mels, 3000, device=device, dtype=dtype)
+
+    def decoder_step(b: int, enc: Any) -> Callable[[int], None]:
+        feats = enc.repeat(b, 1, 1)
+        state: dict[str, Any] = {}
+
+        def step(i: int) -> None:
+            if i == 0:
+                if "hooks" in state:
+                    for h in state["hooks"]:
+                        h.remove()
+                state["cache"], state["hooks"] = model.install_kv_cache_hooks()
+                state["cache"].clear()
+                tok = torch.full((b, 1), SOT, device=device)
+                state["tok"] = tok
+            else:
+                tok = torch.full((b, 1), 220 + i, device=device)
+                state["tok"] = torch.cat([state["tok"], tok], 1)
+            logits = model.decoder(tok, feats, kv_cache=state["cache"])
+            logits[:, -1].float().cpu()
+
+        return step
+
     with torch.inference_mode():
-        out = {"encoder": timed(lambda: model.encoder(mel), device, args.repeats)}
-        enc = model.encoder(mel)
-        for b in args.batch:
-            feats = enc.repeat(b, 1, 1)
-            state: dict[str, Any] = {}
-
-            def step(i: int, b: int = b, feats: Any = feats, state: dict[str, Any] = state) -> None:
-                if i == 0:
-                    if "hooks" in state:
-                        for h in state["hooks"]:
-                            h.remove()
-                    state["cache"], state["hooks"] = model.install_kv_cache_hooks()
-                    state["cache"].clear()
-                    tok = torch.full((b, 1), SOT, device=device)
-                    state["tok"] = tok
-                else:
-                    tok = torch.full((b, 1), 220 + i, device=device)
-                    state["tok"] = torch.cat([state["tok"], tok], 1)
-                logits = model.decoder(tok, feats, kv_cache=state["cache"])
-                logits[:, -1].float().cpu()
-
-            out[f"decoder b{b}"] = decode_ms(step, args.tokens, device, args.repeats)
-    return out
+        return encoder_and_decoder_ms(lambda: model.encoder(mel), decoder_step, args)
 
 
 def hf_whisper(dims_name: str, args: argparse.Namespace) -> dict[str, float] | str:
@@ -211,22 +226,23 @@ def hf_whisper(dims_name: str, args: argparse.Namespace) -> dict[str, float] | s
     model = model.to(device, dtype).eval()
     feats_in = torch.randn(1, d.n_mels, 3000, device=device, dtype=dtype)
     enc_fn = model.get_encoder()
+
+    def decoder_step(b: int, enc: Any) -> Callable[[int], None]:
+        feats = enc.repeat(b, 1, 1)
+        state: dict[str, Any] = {}
+
+        def step(i: int) -> None:
+            tok = torch.full((b, 1), SOT if i == 0 else 220 + i, device=device)
+            r = model(encoder_outputs=(feats,), decoder_input_ids=tok, use_cache=True,
+                      past_key_values=None if i == 0 else state["past"])
+            state["past"] = r.past_key_values
+            r.logits[:, -1].float().cpu()
+
+        return step
+
     with torch.inference_mode():
-        out = {"encoder": timed(lambda: enc_fn(feats_in), device, args.repeats)}
-        enc = enc_fn(feats_in).last_hidden_state
-        for b in args.batch:
-            feats = enc.repeat(b, 1, 1)
-            state: dict[str, Any] = {}
-
-            def step(i: int, b: int = b, feats: Any = feats, state: dict[str, Any] = state) -> None:
-                tok = torch.full((b, 1), SOT if i == 0 else 220 + i, device=device)
-                r = model(encoder_outputs=(feats,), decoder_input_ids=tok, use_cache=True,
-                          past_key_values=None if i == 0 else state["past"])
-                state["past"] = r.past_key_values
-                r.logits[:, -1].float().cpu()
-
-            out[f"decoder b{b}"] = decode_ms(step, args.tokens, device, args.repeats)
-    return out
+        return encoder_and_decoder_ms(lambda: enc_fn(feats_in).last_hidden_state, decoder_step,
+                                      args)
 
 
 def table(results: dict[str, dict[str, dict[str, float] | str]]) -> None:

@@ -219,16 +219,12 @@ def _speech_and_silence(speech: np.ndarray, seconds: int, gap_s: float
 def write_flac(path: Path, pieces: Any) -> None:
     import av
 
+    sys.path.insert(0, str(ROOT / "tests" / "whisper"))
+    from av_encode import encode_pcm16  # the tests' PyAV encode loop
+
     with av.open(str(path), "w", format="flac") as out:
-        stream = out.add_stream("flac", rate=SR, layout="mono")
-        for piece in pieces:
-            pcm = (np.clip(piece, -1, 1) * 32767).astype("<i2")
-            frame = av.AudioFrame.from_ndarray(pcm[None, :], format="s16", layout="mono")
-            frame.sample_rate = SR
-            for packet in stream.encode(frame):
-                out.mux(packet)
-        for packet in stream.encode(None):
-            out.mux(packet)
+        encode_pcm16(out, "flac", SR, ((np.clip(piece, -1, 1) * 32767).astype("<i2")
+                                       for piece in pieces))
 
 
 def tile(speech: np.ndarray, seconds: int, gap_s: float = 4.0) -> np.ndarray:

@@ -32,7 +32,6 @@ import argparse
 import importlib.util
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -43,6 +42,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
+import worker_io
 
 ROOT = Path(__file__).resolve().parents[1]
 JFK = ROOT / "samples" / "jfk.wav"
@@ -93,13 +93,7 @@ def load(name: str, beam: int, files: dict[str, str]) -> Any:
 
 def worker(name: str, beam: int, files: dict[str, str]) -> None:
     """Serve requests "AUDIO.npy" → {"seconds", "text"} on stdin/stdout; "" ends."""
-    out = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)  # library chatter (C printf included) goes to stderr, not the protocol
-
-    def reply(**kw: object) -> None:
-        out.write(json.dumps(kw) + "\n")
-        out.flush()
-
+    reply = worker_io.protocol()
     try:
         start = time.perf_counter()
         transcribe = load(name, beam, files)
@@ -107,27 +101,8 @@ def worker(name: str, beam: int, files: dict[str, str]) -> None:
     except Exception as e:  # a peer that cannot load is reported, not fatal
         reply(error=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
         return
-    reply(load_s=load_s, rss_mb=_maxrss_mb())
-    for line in sys.stdin:
-        if not line.strip():
-            break
-        audio = np.load(line.strip())
-        start = time.perf_counter()
-        text = transcribe(audio)
-        reply(seconds=time.perf_counter() - start, text=text)
-    reply(rss_mb=_maxrss_mb())
-
-
-def _maxrss_mb() -> float:
-    """Peak RSS of this process's own address space: VmHWM. (ru_maxrss would do on macOS,
-    but on Linux it keeps the forking parent's peak across exec.)"""
-    try:
-        status = Path("/proc/self/status").read_text()
-        kib = next(int(line.split()[1]) for line in status.splitlines()
-                   if line.startswith("VmHWM:"))
-    except (OSError, StopIteration):
-        kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return kib * 1024 / 1e6
+    reply(load_s=load_s, rss_mb=worker_io.maxrss_mb())
+    worker_io.serve(transcribe, reply)
 
 
 # ---- the parent ------------------------------------------------------------------------------
@@ -156,10 +131,8 @@ class Worker:
 def start(name: str, beam: int, files: dict[str, str], log: IO[str]) -> Worker:
     cmd = [sys.executable, __file__, "--worker", name, "--beam", str(beam),
            "--files", json.dumps(files)]
-    env = {"OMP_WAIT_POLICY": "PASSIVE", **os.environ, "OMP_NUM_THREADS": str(THREADS),
-           "OPENBLAS_NUM_THREADS": str(THREADS)}
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                            text=True, env=env)
+                            text=True, env=worker_io.child_env(THREADS))
     w = Worker(name, beam, proc)
     assert proc.stdout is not None
     first = json.loads(proc.stdout.readline() or '{"error": "exited while loading"}')

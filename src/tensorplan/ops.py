@@ -300,14 +300,13 @@ def concat(ts: Sequence[Tensor], axis: int = 0, name: str = "") -> Tensor:
 
 def get_rows(table: Tensor, ids: Tensor, name: str = "") -> Tensor:
     """table (V, ...), integer ids (n,) -> (n, ...): an embedding lookup."""
-    if ids.ndim != 1 or ids.dtype not in (dt.int32, dt.int64):
-        raise ValueError(f"get_rows ids must be a 1-D integer tensor, got {ids.dtype} {ids.shape}")
+    _check_ids(ids, "get_rows")
     return _node(GET_ROWS, (ids.shape[0], *table.shape[1:]), table.dtype, (table, ids), name)
 
 
 def cont(a: Tensor, name: str = "") -> Tensor:
     """A contiguous copy (of a strided view, typically)."""
-    return _node(CONT, a.shape, a.dtype, (a,), name)
+    return _unary(CONT, a, name)
 
 
 def cast(a: Tensor, dtype: DType, name: str = "") -> Tensor:
@@ -319,36 +318,36 @@ def copy_into(src: Tensor, dst: Tensor, name: str = "") -> Tensor:
     orders later readers after the write. dst usually lives outside the graph."""
     if src.shape != dst.shape:
         raise ValueError(f"copy_into: shapes differ ({src.shape} vs {dst.shape})")
-    t = Tensor(
-        dst.shape,
-        dst.dtype,
-        strides=dst.strides,
-        op=COPY_INTO,
-        srcs=(src, dst),
-        view_src=dst.root,
-        view_offset=dst.view_offset,
-        name=name,
-    )
-    return t
+    return _write_into(COPY_INTO, dst, (src, dst), name)
 
 
 def set_rows(dst: Tensor, ids: Tensor, src: Tensor, name: str = "") -> Tensor:
     """dst[ids[i]] = src[i] for every i: dst (R, ...), ids (n,) integer, src (n, ...).
     Writes into dst's bytes (a KV cache, say) at rows chosen at run time, so one planned
     graph serves every position; returns a view of dst ordering later readers after it."""
-    if ids.ndim != 1 or ids.dtype not in (dt.int32, dt.int64):
-        raise ValueError(f"set_rows ids must be a 1-D integer tensor, got {ids.dtype} {ids.shape}")
+    _check_ids(ids, "set_rows")
     if src.shape != (ids.shape[0], *dst.shape[1:]) or src.dtype != dst.dtype:
         raise ValueError(
             f"set_rows: src {src.dtype} {src.shape} does not fit rows of "
             f"{dst.dtype} {dst.shape} at {ids.shape[0]} ids"
         )
+    return _write_into(SET_ROWS, dst, (dst, ids, src), name)
+
+
+def _check_ids(ids: Tensor, what: str) -> None:
+    if ids.ndim != 1 or ids.dtype not in (dt.int32, dt.int64):
+        raise ValueError(f"{what} ids must be a 1-D integer tensor, got {ids.dtype} {ids.shape}")
+
+
+def _write_into(op: Op, dst: Tensor, srcs: tuple[Tensor, ...], name: str) -> Tensor:
+    """The node of an op that writes into dst's bytes: a view of dst (same shape, strides and
+    place), so that readers of the result are ordered after the write."""
     return Tensor(
         dst.shape,
         dst.dtype,
         strides=dst.strides,
-        op=SET_ROWS,
-        srcs=(dst, ids, src),
+        op=op,
+        srcs=srcs,
         view_src=dst.root,
         view_offset=dst.view_offset,
         name=name,

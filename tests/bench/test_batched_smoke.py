@@ -4,13 +4,11 @@ batch 4, once) runs here; its WER is checked on known cases."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from bench_run import BENCH, row_cells, run_bench
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
 
 import batched  # noqa: E402
@@ -18,13 +16,9 @@ import batched  # noqa: E402
 
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="needs espeak-ng")
 def test_smoke_run_prints_a_table() -> None:
-    proc = subprocess.run([sys.executable, str(BENCH / "batched.py"), "--smoke"],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    row = next(line for line in proc.stdout.splitlines() if line.startswith("| int8"))
-    cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[:3] == ["int8", "1", "4"], row
-    assert float(cells[3]) > 0 and float(cells[4]) < 0.5 and float(cells[5]) > 0, row
+    cells = row_cells(run_bench("batched.py", "--smoke"), "int8")
+    assert cells[:3] == ["int8", "1", "4"], cells
+    assert float(cells[3]) > 0 and float(cells[4]) < 0.5 and float(cells[5]) > 0, cells
 
 
 def test_wer_counts_edits_over_reference_words() -> None:

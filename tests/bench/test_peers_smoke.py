@@ -2,26 +2,20 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
+from bench_run import BENCH, row_cells, run_bench
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
 
 import peers  # noqa: E402
 
 
 def test_smoke_run_prints_a_table_and_the_golden_text() -> None:
-    proc = subprocess.run([sys.executable, str(BENCH / "peers.py"), "--smoke"],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    row = next(line for line in proc.stdout.splitlines() if line.startswith("| tensorplan"))
-    cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[1] == "1" and float(cells[2]) > 0 and float(cells[3]) > 0, row
-    assert cells[-1] == "jfk ok", row
+    cells = row_cells(run_bench("peers.py", "--smoke"), "tensorplan")
+    assert cells[1] == "1" and float(cells[2]) > 0 and float(cells[3]) > 0, cells
+    assert cells[-1] == "jfk ok", cells
 
 
 def test_long_audio_is_tiled_speech_and_silence() -> None:

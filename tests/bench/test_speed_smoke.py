@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from bench_run import run_bench
 
 
 def test_smoke_run_reports_every_backend_and_no_per_token_plans_or_views() -> None:
-    proc = subprocess.run([sys.executable, str(BENCH / "speed.py"), "--smoke"],
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = [line for line in proc.stdout.splitlines()
-            if line.startswith(("| numpy ", "| torch "))]
-    assert rows and rows[0].startswith("| numpy float32"), proc.stdout
+    stdout = run_bench("speed.py", "--smoke", timeout=900)
+    rows = [line for line in stdout.splitlines() if line.startswith(("| numpy ", "| torch "))]
+    assert rows and rows[0].startswith("| numpy float32"), stdout
     for row in rows:
         cells = [c.strip() for c in row.strip("|").split("|")]
         encoder_s, macs, floor_s = (float(c) for c in cells[1:4])

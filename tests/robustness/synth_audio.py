@@ -11,6 +11,7 @@ from typing import Any
 
 import av
 import numpy as np
+from av_encode import encode_pcm16  # tests/whisper: on the path (conftest.py, make_corpus.py)
 
 RATE = 16000
 
@@ -46,13 +47,7 @@ def encoded(codec: str, fmt: str, seconds: float = 2.0) -> bytes:
     """int16 mono tone compressed with PyAV (bundled ffmpeg)."""
     buf = io.BytesIO()
     with av.open(buf, "w", format=fmt) as out:
-        stream = out.add_stream(codec, rate=RATE, layout="mono")
-        assert isinstance(stream, av.audio.stream.AudioStream)
-        frame = av.AudioFrame.from_ndarray(pcm16(tone(seconds))[None, :], format="s16",
-                                           layout="mono")
-        frame.sample_rate = RATE
-        for packet in (*stream.encode(frame), *stream.encode(None)):
-            out.mux(packet)
+        encode_pcm16(out, codec, RATE, [pcm16(tone(seconds))])
     return buf.getvalue()
 
 
@@ -77,17 +72,9 @@ def write_flac(path: Any, pieces: Iterable[np.ndarray], rate: int = RATE) -> Any
     """Encode float pieces (mono, any lengths) into one FLAC file, piece by piece: a file of
     hours is written without ever holding its samples."""
     with av.open(str(path), "w", format="flac") as out:
-        stream = out.add_stream("flac", rate=rate, layout="mono")
-        assert isinstance(stream, av.audio.stream.AudioStream)
-        for piece in pieces:
-            for start in range(0, piece.size, 10 * rate):
-                frame = av.AudioFrame.from_ndarray(pcm16(piece[start:start + 10 * rate])[None, :],
-                                                   format="s16", layout="mono")
-                frame.sample_rate = rate
-                for packet in stream.encode(frame):
-                    out.mux(packet)
-        for packet in stream.encode(None):
-            out.mux(packet)
+        encode_pcm16(out, "flac", rate, (pcm16(piece[start:start + 10 * rate])
+                                         for piece in pieces
+                                         for start in range(0, piece.size, 10 * rate)))
     return path
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import shutil
 import struct
-import tracemalloc
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,31 +21,14 @@ import ct2_writer as w
 import numpy as np
 import pytest
 from clirun import assert_ok, assert_user_error, run_cli
-from synth_audio import pcm16, tone, wav
+from synth_audio import wav
+from whisper_helpers import traced_peak
 
 from tensorplan import cli
 
 MODEL_FILES = ("model.bin", "config.json", "tokenizer.json", "vocabulary.txt")
 CONFIG = {"alignment_heads": [[0, 0]], "lang_ids": [], "suppress_ids": [],
           "suppress_ids_begin": []}
-
-
-@pytest.fixture(scope="module")
-def tiny() -> Path:
-    from tensorplan.errors import ModelError
-    from tensorplan.whisper.models import resolve_model
-
-    try:
-        return resolve_model("tiny.en")
-    except ModelError as e:
-        pytest.skip(str(e))
-
-
-@pytest.fixture(scope="module")
-def speech(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("audio") / "talk.wav"
-    path.write_bytes(wav(pcm16(tone(1.0))))
-    return path
 
 
 class Dirs:
@@ -210,12 +192,7 @@ CLI_SUBSET = ("missing model.bin", "truncated inside a payload", "absurd dims (2
 def _main(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, int]:
     """cli.main in this process: (exit code, stderr, traced peak bytes)."""
     capsys.readouterr()
-    tracemalloc.start()
-    try:
-        rc = cli.main(argv)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    rc, peak = traced_peak(lambda: cli.main(argv))
     return rc, capsys.readouterr().err, peak
 
 
@@ -224,40 +201,40 @@ def _size(d: Path) -> int:
 
 
 @pytest.fixture(scope="module")
-def warm(dirs: Dirs, speech: Path) -> None:
+def warm(dirs: Dirs, talk: Path) -> None:
     """Import everything `transcribe` imports once, so tracemalloc sees only the load."""
-    cli.main(["transcribe", "--model", str(dirs.root / "nowhere"), str(speech)])
+    cli.main(["transcribe", "--model", str(dirs.root / "nowhere"), str(talk)])
 
 
 @pytest.mark.parametrize("kind", list(CASES))
-def test_corrupt_model_dir_is_one_line(kind: str, dirs: Dirs, speech: Path, warm: None,
+def test_corrupt_model_dir_is_one_line(kind: str, dirs: Dirs, talk: Path, warm: None,
                                        capsys: pytest.CaptureFixture[str]) -> None:
     build, words = CASES[kind]
     d = build(dirs)
-    rc, err, peak = _main(["transcribe", "--model", str(d), str(speech)], capsys)
+    rc, err, peak = _main(["transcribe", "--model", str(d), str(talk)], capsys)
     assert_user_error(rc, err, str(d), *words)
     # headers only: never the declared sizes, at most a few times what is on disk
     assert peak < 4 * _size(d) + (2 << 20), f"{peak} bytes traced for {_size(d)} on disk"
 
 
 def test_wrong_binary_version_and_spec_of_the_real_model(
-        dirs: Dirs, speech: Path, warm: None, capsys: pytest.CaptureFixture[str]) -> None:
+        dirs: Dirs, talk: Path, warm: None, capsys: pytest.CaptureFixture[str]) -> None:
     with dirs.patched(0, struct.pack("<I", 99)) as d:
-        rc, err, _ = _main(["transcribe", "--model", str(d), str(speech)], capsys)
+        rc, err, _ = _main(["transcribe", "--model", str(d), str(talk)], capsys)
         assert_user_error(rc, err, "model.bin: binary version 99 is not supported (1..6)")
     with dirs.patched(6, b"WhisperSpeX") as d:  # u32 version, u16 length, then the name
-        rc, err, _ = _main(["transcribe", "--model", str(d), str(speech)], capsys)
+        rc, err, _ = _main(["transcribe", "--model", str(d), str(talk)], capsys)
         assert_user_error(rc, err, "model.bin: spec 'WhisperSpeX' is not the expected")
 
 
-def test_truncated_by_one_byte(dirs: Dirs, speech: Path, warm: None,
+def test_truncated_by_one_byte(dirs: Dirs, talk: Path, warm: None,
                                capsys: pytest.CaptureFixture[str]) -> None:
     size = dirs.copy.stat().st_size
     last = dirs.copy.read_bytes()[-1:]
     with dirs.copy.open("r+b") as f:
         f.truncate(size - 1)
     try:
-        rc, err, _ = _main(["transcribe", "--model", str(dirs.copy.parent), str(speech)],
+        rc, err, _ = _main(["transcribe", "--model", str(dirs.copy.parent), str(talk)],
                            capsys)
         assert_user_error(rc, err, "model.bin: truncated: alias target")
     finally:
@@ -265,8 +242,8 @@ def test_truncated_by_one_byte(dirs: Dirs, speech: Path, warm: None,
             f.write(last)
 
 
-def test_no_such_model(speech: Path, warm: None, capsys: pytest.CaptureFixture[str]) -> None:
-    rc, err, _ = _main(["transcribe", "--model", "./no-such-model", str(speech)], capsys)
+def test_no_such_model(talk: Path, warm: None, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, err, _ = _main(["transcribe", "--model", "./no-such-model", str(talk)], capsys)
     assert_user_error(rc, err, "no-such-model: no such model or directory")
 
 
@@ -278,22 +255,22 @@ def test_missing_config_json_falls_back(dirs: Dirs, tmp_path: Path) -> None:
     assert_ok(run_cli("transcribe", "--model", d, one))
 
 
-def test_tokenizer_larger_than_the_model(dirs: Dirs, speech: Path,
+def test_tokenizer_larger_than_the_model(dirs: Dirs, talk: Path,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     d = dirs.synthetic("vocab-11", vocab=11)  # tiny.en's tokenizer has 51864 ids
     rc, err, _ = _main(["transcribe", "--model", str(d), "--beam-size", "1", "--temperature",
-                        "0", str(speech)], capsys)
+                        "0", str(talk)], capsys)
     assert_user_error(rc, err, str(d), "vocabulary")
 
 
-def test_cli_subset_in_a_subprocess_within_memory(dirs: Dirs, speech: Path) -> None:
+def test_cli_subset_in_a_subprocess_within_memory(dirs: Dirs, talk: Path) -> None:
     """The real CLI: one line, exit 2, and peak RSS within a few MB of a baseline run that
     fails before reading any model file."""
-    baseline = run_cli("transcribe", "--model", dirs.root / "nowhere", speech)
+    baseline = run_cli("transcribe", "--model", dirs.root / "nowhere", talk)
     assert_user_error(baseline.rc, baseline.stderr, "no such model or directory")
     for kind in CLI_SUBSET:
         d = CASES[kind][0](dirs)
-        run = run_cli("transcribe", "--model", d, speech)
+        run = run_cli("transcribe", "--model", d, talk)
         assert_user_error(run.rc, run.stderr, str(d), *CASES[kind][1])
         grown_kb = run.maxrss_kb - baseline.maxrss_kb
         assert grown_kb * 1024 < 2 * _size(d) + (16 << 20), f"{kind}: +{grown_kb} KB RSS"

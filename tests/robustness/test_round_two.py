@@ -19,24 +19,6 @@ from synth_audio import pcm16, silence_pieces, tone, wav, write_flac
 TINY_FILES = ("model.bin", "config.json", "tokenizer.json", "vocabulary.txt")
 
 
-@pytest.fixture(scope="module")
-def talk(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("audio") / "talk.wav"
-    path.write_bytes(wav(pcm16(tone(1.0))))
-    return path
-
-
-@pytest.fixture(scope="module")
-def tiny() -> Path:
-    from tensorplan.errors import ModelError
-    from tensorplan.whisper.models import resolve_model
-
-    try:
-        return resolve_model("tiny.en")
-    except ModelError as e:
-        pytest.skip(str(e))
-
-
 # --- numbers in flags ----------------------------------------------------------------------
 
 BAD_FLAGS = {  # flags -> words the one error line must hold

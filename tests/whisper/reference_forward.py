@@ -65,6 +65,10 @@ class Reference:
         h = gelu(h @ self.p(f"{prefix}/linear_0/weight").T + self.p(f"{prefix}/linear_0/bias"))
         return x + h @ self.p(f"{prefix}/linear_1/weight").T + self.p(f"{prefix}/linear_1/bias")
 
+    def n_layers(self, stack: str) -> int:
+        """How many layers the "encoder" or "decoder" stack has (counted in the weights)."""
+        return sum(1 for i in range(64) if f"{stack}/layer_{i}/ffn/linear_0/weight" in self.w.model)
+
     def ln(self, x: np.ndarray, prefix: str) -> np.ndarray:
         return layer_norm(x, self.p(f"{prefix}/gamma"), self.p(f"{prefix}/beta"))
 
@@ -79,10 +83,7 @@ class Reference:
         )
         x = gelu(conv1d(x, self.p("encoder/conv2/weight"), self.p("encoder/conv2/bias"), 2)).T
         x = x + self.p("encoder/position_encodings/encodings")
-        n_layer = sum(
-            1 for i in range(64) if f"encoder/layer_{i}/ffn/linear_0/weight" in self.w.model
-        )
-        for i in range(n_layer):
+        for i in range(self.n_layers("encoder")):
             pre = f"encoder/layer_{i}"
             h = self.ln(x, f"{pre}/self_attention/layer_norm")
             x = x + self.attention(h, h, f"{pre}/self_attention", self.ha, True, False)
@@ -93,10 +94,7 @@ class Reference:
         """Logits of every position, shape (len(tokens), V)."""
         emb = self.p("decoder/embeddings/weight")
         x = emb[tokens] + self.p("decoder/position_encodings/encodings")[: len(tokens)]
-        n_layer = sum(
-            1 for i in range(64) if f"decoder/layer_{i}/ffn/linear_0/weight" in self.w.model
-        )
-        for i in range(n_layer):
+        for i in range(self.n_layers("decoder")):
             pre = f"decoder/layer_{i}"
             h = self.ln(x, f"{pre}/self_attention/layer_norm")
             x = x + self.attention(h, h, f"{pre}/self_attention", self.ht, True, True)

@@ -13,6 +13,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
+from av_encode import encode_pcm16
 
 from tensorplan.errors import AudioError
 from tensorplan.whisper import audio
@@ -181,14 +182,7 @@ def _wav(x: np.ndarray, rate: int, float32: bool = False) -> bytes:
 def _encode(path: Path, x: np.ndarray, rate: int, codec: str) -> Path:
     """Encode int16 mono samples with PyAV (the container comes from the file suffix)."""
     with av.open(str(path), "w") as out:
-        stream = out.add_stream(codec, rate=rate, layout="mono")
-        assert isinstance(stream, av.audio.stream.AudioStream)
-        frame = av.AudioFrame.from_ndarray(x[None, :], format="s16", layout="mono")
-        frame.sample_rate = rate
-        for packet in stream.encode(frame):
-            out.mux(packet)
-        for packet in stream.encode(None):
-            out.mux(packet)
+        encode_pcm16(out, codec, rate, [x])
     return path
 
 

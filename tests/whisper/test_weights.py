@@ -7,12 +7,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import struct
-import tracemalloc
 from pathlib import Path
 
 import ct2_writer as w  # tests/whisper is on sys.path (pytest's rootdir-less "prepend" import)
 import numpy as np
 import pytest
+from whisper_helpers import traced_peak
 
 from tensorplan.errors import ModelError
 from tensorplan.whisper.models import resolve_model
@@ -92,12 +92,7 @@ def test_tiny_en_config(tiny: WhisperWeights) -> None:
 def test_loading_tiny_en_reads_headers_only() -> None:
     """75 MB on disk, but parsing allocates well under 1 MB of Python/numpy memory."""
     path = _tiny_en()
-    tracemalloc.start()
-    try:
-        WhisperWeights.load(path)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    _, peak = traced_peak(lambda: WhisperWeights.load(path))
     assert peak < 1 << 20
 
 
@@ -329,12 +324,7 @@ def test_alias_problems(tmp_path: Path) -> None:
 
 def _assert_small_allocation(tmp_path: Path, data: bytes, match: str) -> None:
     path = _write(tmp_path, data)
-    tracemalloc.start()
-    try:
-        _fails(path, match)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    _, peak = traced_peak(lambda: _fails(path, match))
     assert peak < 4 * len(data) + (64 << 10), peak
 
 

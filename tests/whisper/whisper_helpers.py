@@ -5,7 +5,10 @@ was imported first."""
 from __future__ import annotations
 
 import re
+import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from tensorplan.backends import torch_available
 
@@ -19,6 +22,20 @@ JFK_TEXT = (
 
 def normalize(text: str) -> str:
     return " ".join(re.sub(r"[^\w\s']", " ", text.lower()).split())
+
+
+T = TypeVar("T")
+
+
+def traced_peak(fn: Callable[[], T]) -> tuple[T, int]:
+    """fn()'s result and the peak bytes tracemalloc traced while it ran."""
+    tracemalloc.start()
+    try:
+        result = fn()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return result, peak
 
 
 # every backend this machine has; "auto" (torch when installed) is what users get
