@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from itertools import accumulate
 
 from tensorplan.alloc.plan import BufferSpec, PlanError
 from tensorplan.graph import Graph
@@ -35,7 +35,6 @@ LIVE_VIEWS = "parent has live views"
 Refusal = tuple[Tensor | None, str]  # (parent or None for the node itself, reason)
 _REFUSED_OP: tuple[Refusal, ...] = ((None, OP_NOT_INPLACE),)
 _REFUSED_INPUT: tuple[Refusal, ...] = ((None, NODE_IS_INPUT),)
-_ROOT, _VIEW, _OTHER = 0, 1, 2  # what a graph tensor is to the planner
 
 # Flags as plain ints, tested as `t.flags.real & BIT`: IntFlag's own `&` builds a new enum
 # member and costs ~2.5 us, more than everything else the planner does per tensor.
@@ -54,40 +53,39 @@ def owns(t: Tensor, owner: object | None) -> bool:
     return t.buffer is None or (owner is not None and t.placed_by is owner)
 
 
-class Block(NamedTuple):
-    """A run of bytes: a NamedTuple, not a frozen dataclass, as there is one per planned
-    tensor and building a tuple costs a third as much."""
-
-    tensors: tuple[Tensor, ...]  # the root, then each node that took its bytes in place
-    buffer_id: int
-    start: int
-    end: int  # inclusive: the last member's end (each starts where the previous ends)
-    size: int  # aligned bytes
-
-
 @dataclass(frozen=True, slots=True)
 class Liveness:
+    """Blocks as columns, one list per field indexed by block number: at 100k tensors an
+    object per block cost more to build, and to scan at the next garbage collection, than
+    the arithmetic on it."""
+
     n_steps: int
-    blocks: tuple[Block, ...]
+    members: list[Tensor]  # every planned tensor, in step order
+    block_of: list[int]  # members[i] -> the number of its block
+    buffer_id: list[int]  # per block
+    start: list[int]  # per block: its root's first live step
+    end: list[int]  # per block, inclusive: its last member's last live step
+    size: list[int]  # per block: aligned bytes
     inplace: Mapping[Tensor, Tensor]  # node -> parent it took over
     refusals: Mapping[Tensor, tuple[Refusal, ...]]  # node -> why each candidate was refused
+
+    def __len__(self) -> int:
+        return len(self.size)
 
     def lower_bound(self, n_buffers: int) -> list[int]:
         """Max over steps of the aligned bytes of live blocks, per buffer id."""
         diffs = [[0] * (self.n_steps + 2) for _ in range(n_buffers)]
-        for b in self.blocks:
-            d = diffs[b.buffer_id]
-            d[b.start] += b.size
-            d[b.end + 1] -= b.size
-        result = []
-        for d in diffs:
-            load = peak = 0
-            for x in d:
-                load += x
-                if load > peak:  # not max(): a call per step
-                    peak = load
-            result.append(peak)
-        return result
+        if n_buffers == 1:
+            d = diffs[0]
+            for s, e, z in zip(self.start, self.end, self.size, strict=True):
+                d[s] += z
+                d[e + 1] -= z
+        else:
+            for b, s, e, z in zip(self.buffer_id, self.start, self.end, self.size, strict=True):
+                d = diffs[b]
+                d[s] += z
+                d[e + 1] -= z
+        return [max(accumulate(d)) for d in diffs]  # never below 0: d[0] >= 0, sums end at 0
 
 
 class _Analysis:
@@ -98,20 +96,26 @@ class _Analysis:
     is a cache miss, and the lookups, not the arithmetic, set the planning time, so each
     src read costs one lookup whatever it is (root, view, weight)."""
 
-    def __init__(self, graph: Graph, owner: object | None, can_inplace: Callable[[Op], bool]):
+    def __init__(
+        self,
+        graph: Graph,
+        owner: object | None,
+        can_inplace: Callable[[Op], bool],
+        explain: bool,
+    ):
         self.graph, self.owner, self.can_inplace = graph, owner, can_inplace
+        self.explain = explain  # record why each in-place candidate was refused
         self.end_step = len(graph.nodes)
         self.tensors: list[Tensor] = []  # index -> tensor
         self.pos: dict[Tensor, int] = {}  # tensor -> index
         self.step: list[int] = []  # first step each tensor exists at
-        self.kind: list[int] = []  # _ROOT (planned), _VIEW (of a planned root) or _OTHER
-        self.roots_of: list[int] = []  # a view's root
-        self.start: list[int] = []  # a root's start step
-        self.last: list[int] = []  # last step reading the tensor directly, -1 if none
-        self.view_end: list[int] = []  # root -> last step any of its views is live
-        self.pinned: list[bool] = []  # roots of OUTPUT views
+        self.planned = bytearray()  # 1 for a planned root
+        self.pinned = bytearray()  # 1 for a root live to the end: OUTPUT, or an OUTPUT's root
         self.roots: list[int] = []  # planned roots, in step order
         self.views: list[int] = []  # views of planned roots
+        self.view_root: list[int] = []  # views[i]'s root
+        self.last: list[int] = []  # last step reading the tensor directly, -1 if none
+        self.view_end: list[int] = []  # root -> last step any of its views is live
 
     def index(self) -> None:
         graph = self.graph
@@ -129,68 +133,61 @@ class _Analysis:
         self.step = list(first.values())
 
     def classify(self) -> None:
-        """Which tensors are planned roots and which are views of them, in step order."""
-        tensors, pos, step, owner = self.tensors, self.pos, self.step, self.owner
-        n = len(tensors)
-        start, roots, views = [0] * n, self.roots, self.views
-        roots_of = [0] * n
-        for k, t in enumerate(tensors):
+        """Which tensors are planned roots (and which of those are pinned) and which are
+        views of them, in step order. owns() inlined: it is called once per tensor."""
+        pos, owner = self.pos, self.owner
+        n = len(self.tensors)
+        roots, views, view_root = self.roots, self.views, self.view_root
+        planned = self.planned = bytearray(n)
+        pinned = self.pinned = bytearray(n)
+        for k, t in enumerate(self.tensors):
             r = t.view_src
             if r is None:
-                if owns(t, owner):
+                f = t.flags.real
+                if f & PARAM:
+                    continue
+                if t.buffer is None or (owner is not None and t.placed_by is owner):
                     roots.append(k)
-                    if t.op is not None and not t.flags.real & INPUT:
-                        start[k] = step[k]
+                    planned[k] = 1
+                    if f & OUTPUT:
+                        pinned[k] = 1
             else:
                 j = pos.get(r)
                 if j is not None and owns(r, owner):
                     views.append(k)
-                    roots_of[k] = j
+                    view_root.append(j)
             # else: a view of an external tensor, or of one outside this graph: not ours
-        kind = [_OTHER] * n
-        for k in roots:
-            kind[k] = _ROOT
-        self.kind, self.start, self.roots_of = kind, start, roots_of
 
     def reads(self) -> None:
-        """The last step reading each tensor directly, then each root's last step with its
-        views and whether an OUTPUT view pins it."""
+        """The last step reading each tensor directly, then each root's last step through
+        its views and whether an OUTPUT view pins it."""
         pos, n, end_step = self.pos, len(self.tensors), self.end_step
         last = self.last = [-1] * n
-        for i, t in enumerate(self.graph.nodes, 1):
-            for p in t.srcs:
-                j = pos.get(p)
-                if j is None:
-                    raise PlanError(f"{p!r}, read by {t!r}, is not in the graph")
-                last[j] = i
-        tensors, roots_of = self.tensors, self.roots_of
-        view_end, pinned = self.view_end, self.pinned = [-1] * n, [False] * n
-        for k in self.views:
-            r = roots_of[k]
+        t = p = None
+        try:
+            for i, t in enumerate(self.graph.nodes, 1):
+                for p in t.srcs:
+                    last[pos[p]] = i
+        except KeyError:
+            raise PlanError(f"{p!r}, read by {t!r}, is not in the graph") from None
+        tensors, pinned = self.tensors, self.pinned
+        view_end = self.view_end = [-1] * n
+        for k, r in zip(self.views, self.view_root, strict=True):
             if tensors[k].flags.real & OUTPUT:
-                pinned[r] = True
+                pinned[r] = 1
                 e = end_step
             else:
                 e = last[k] if last[k] >= 0 else end_step  # an unread view is a result
             if e > view_end[r]:
                 view_end[r] = e
 
-    def end(self, k: int) -> int:
-        """Root k's last live step: its last read, direct or through a view, or the end of
-        the graph for an OUTPUT root, a pinned root and one nobody reads."""
-        e = self.last[k]
-        if self.view_end[k] > e:
-            e = self.view_end[k]
-        if e < 0 or self.pinned[k] or self.tensors[k].flags.real & OUTPUT:
-            e = self.end_step
-        return e if e > self.start[k] else self.start[k]
-
     def refusal(self, t: Tensor, p: Tensor, s: int) -> str | None:
-        """Why node t (at step s) may not take parent p's bytes; None if it may."""
+        """Why node t (at step s) may not take parent p's bytes; None if it may. The
+        explanation of run()'s test, which checks the same facts in a faster order."""
         j = self.pos[p]
-        if self.kind[j] != _ROOT:
+        if not self.planned[j]:
             return PARENT_VIEW if p.view_src is not None else PARENT_EXTERNAL
-        if p.flags.real & OUTPUT or self.pinned[j]:
+        if self.pinned[j]:
             return PARENT_OUTPUT
         if p.buffer_id != t.buffer_id:
             return BUFFER_DIFFERS
@@ -202,81 +199,99 @@ class _Analysis:
             return LIVE_VIEWS
         return None
 
-    def parent(self, t: Tensor, s: int, refused: list[Refusal]) -> Tensor | None:
-        """The first src whose bytes node t (at step s; an in-place op, not an input)
-        takes in place (ggml: first by index)."""
-        for p in t.srcs:
-            reason = self.refusal(t, p, s)
-            if reason is None:
-                return p
-            refused.append((p, reason))
-        return None
-
     def run(self, specs: Sequence[BufferSpec]) -> Liveness:
         self.index()
         self.classify()
         self.reads()
-        tensors, pos, step = self.tensors, self.pos, self.step
-        chain_of = [0] * len(tensors)  # a root -> its block's number
-        chains: list[list[Tensor]] = []  # per block: its root, then each in-place node
-        firsts: list[int] = []  # per block: its root's index
+        tensors, pos, step, roots = self.tensors, self.pos, self.step, self.roots
+        planned, pinned, last, view_end = self.planned, self.pinned, self.last, self.view_end
+        explain = self.explain
+        chain_of = [0] * len(tensors)  # a planned tensor -> its block's number
+        buffer_ids: list[int] = []  # per block, as Liveness has them
+        starts: list[int] = []
+        sizes: list[int] = []
         lasts: list[int] = []  # per block: its last member's index
+        last_starts: list[int] = []  # per block: its last member's first step
         inplace: dict[Tensor, Tensor] = {}
         refusals: dict[Tensor, tuple[Refusal, ...]] = {}
         default_rule = self.can_inplace is op_allows_inplace  # then read op.inplace directly
-        n_specs = len(specs)
-        for k in self.roots:
-            t = tensors[k]
-            if not 0 <= t.buffer_id < n_specs:
-                raise PlanError(f"{t!r} has buffer id {t.buffer_id}, not in [0, {n_specs})")
-            p = None
-            op = t.op
-            if op is None:
-                pass
-            elif not (op.inplace if default_rule else self.can_inplace(op)):
-                refusals[t] = _REFUSED_OP  # the common case: one shared tuple
-            elif t.flags.real & INPUT:
-                refusals[t] = _REFUSED_INPUT  # its bytes are set before any node runs
-            else:
-                refused: list[Refusal] = []
-                p = self.parent(t, step[k], refused)
-                if refused:
-                    refusals[t] = tuple(refused)
-            if p is None:
-                chain_of[k] = len(chains)
-                chains.append([t])
-                firsts.append(k)
-                lasts.append(k)
-            else:
-                inplace[t] = p
-                c = chain_of[k] = chain_of[pos[p]]
-                chains[c].append(t)
-                lasts[c] = k
-        blocks = self.blocks(chains, firsts, lasts, specs)
-        return Liveness(self.end_step, blocks, inplace, refusals)
-
-    def blocks(
-        self,
-        chains: list[list[Tensor]],
-        firsts: list[int],
-        lasts: list[int],
-        specs: Sequence[BufferSpec],
-    ) -> tuple[Block, ...]:
-        start, end = self.start, self.end
         aligns = [s.alignment for s in specs]
+        n_specs = len(specs)
         nbytes: dict[tuple[tuple[int, ...], tuple[int, ...], int], int] = {}  # by layout
-        out = []
-        for chain, f, la in zip(chains, firsts, lasts, strict=True):
-            root = chain[0]
-            bid = root.buffer_id
-            a = aligns[bid]
-            layout = (root.shape, root.strides, root.dtype.itemsize)
+        for k in roots:
+            t = tensors[k]
+            bid = t.buffer_id
+            if not 0 <= bid < n_specs:
+                raise PlanError(f"{t!r} has buffer id {bid}, not in [0, {n_specs})")
+            op = t.op
+            s = 0
+            if op is not None and not t.flags.real & INPUT:
+                s = step[k]
+                if op.inplace if default_rule else self.can_inplace(op):
+                    srcs = t.srcs
+                    for p in srcs:  # the first src whose bytes t may take (ggml: by index)
+                        j = pos[p]
+                        if (
+                            last[j] == s
+                            and planned[j]
+                            and not pinned[j]
+                            and view_end[j] < s
+                            and p.buffer_id == bid
+                            and p.shape == t.shape
+                            and p.strides == t.strides
+                            and (p.dtype is t.dtype or p.dtype == t.dtype)
+                            and srcs.count(p) == 1
+                        ):
+                            inplace[t] = p
+                            c = chain_of[k] = chain_of[j]
+                            lasts[c], last_starts[c] = k, s
+                            break
+                    else:
+                        if explain:
+                            refusals[t] = tuple((p, self.refusal(t, p, s) or "") for p in srcs)
+                        p = None
+                    if p is not None:
+                        if explain and srcs[0] is not p:
+                            refusals[t] = tuple(
+                                (q, self.refusal(t, q, s) or "") for q in srcs[: srcs.index(p)]
+                            )
+                        continue
+                elif explain:
+                    refusals[t] = _REFUSED_OP  # the common case: one shared tuple
+            elif op is not None and explain:  # an INPUT: its bytes are set before any node
+                may = op.inplace if default_rule else self.can_inplace(op)
+                refusals[t] = _REFUSED_INPUT if may else _REFUSED_OP
+            chain_of[k] = len(lasts)
+            layout = (t.shape, t.strides, t.dtype.itemsize)
             n = nbytes.get(layout)
             if n is None:  # Tensor.nbytes costs ~0.8 us; most blocks repeat a layout
-                n = nbytes[layout] = root.nbytes
-            size = -(-n // a) * a  # align_up, inlined
-            out.append(Block(tuple(chain), bid, start[f], end(la), size))
-        return tuple(out)
+                n = nbytes[layout] = t.nbytes
+            a = aligns[bid]
+            buffer_ids.append(bid)
+            starts.append(s)
+            sizes.append(-(-n // a) * a)  # align_up, inlined
+            lasts.append(k)
+            last_starts.append(s)
+        end_step = self.end_step
+        ends = []
+        for k, s in zip(lasts, last_starts, strict=True):
+            e = last[k]
+            if view_end[k] > e:
+                e = view_end[k]
+            if e < 0 or pinned[k]:  # nobody reads it, or it must outlive the graph
+                e = end_step
+            ends.append(e if e > s else s)
+        return Liveness(
+            end_step,
+            [tensors[k] for k in roots],
+            [chain_of[k] for k in roots],
+            buffer_ids,
+            starts,
+            ends,
+            sizes,
+            inplace,
+            refusals,
+        )
 
 
 def analyze(
@@ -284,6 +299,8 @@ def analyze(
     specs: Sequence[BufferSpec],
     owner: object | None = None,
     can_inplace: Callable[[Op], bool] = op_allows_inplace,
+    explain: bool = True,
 ) -> Liveness:
-    """Blocks of the tensors `owner` plans in `graph`, with their live intervals."""
-    return _Analysis(graph, owner, can_inplace).run(specs)
+    """Blocks of the tensors `owner` plans in `graph`, with their live intervals.
+    explain=False leaves `refusals` empty (the planner asks for them only to log them)."""
+    return _Analysis(graph, owner, can_inplace, explain).run(specs)

@@ -104,15 +104,23 @@ def _pack_blocks(
     live: Liveness, specs: Sequence[BufferSpec], budget_s: float, max_nodes: int | None
 ) -> tuple[dict[Tensor, Placement], tuple[tuple[int, ...], ...]]:
     """Offline packing of each buffer id's blocks; every tensor of a block shares its spot."""
-    placed: dict[Tensor, Placement] = {}
+    n = len(live)
+    offsets, chunks = [0] * n, [0] * n
     chunk_sizes: list[tuple[int, ...]] = []
-    used = {b.buffer_id for b in live.blocks}
+    used = set(live.buffer_id)
     for bid, spec in enumerate(specs):
-        blocks = [b for b in live.blocks if b.buffer_id == bid]
+        if used == {bid}:  # the common case: one buffer id, every block
+            blocks: Sequence[int] = range(n)
+            lo, hi, size = live.start, live.end, live.size
+        else:
+            blocks = [i for i, b in enumerate(live.buffer_id) if b == bid]
+            lo = [live.start[i] for i in blocks]
+            hi = [live.end[i] for i in blocks]
+            size = [live.size[i] for i in blocks]
         packed = solve(
-            [b.start for b in blocks],
-            [b.end for b in blocks],
-            [b.size for b in blocks],
+            lo,
+            hi,
+            size,
             capacity=spec.max_size,
             budget_s=budget_s / max(len(used), 1),
             max_nodes=max_nodes,
@@ -120,11 +128,32 @@ def _pack_blocks(
             max_passes=GRAPH_MAX_PASSES if max_nodes is not None else MAX_PASSES,
         )
         chunk_sizes.append(tuple(packed.chunk_sizes))
-        for b, off, chunk in zip(blocks, packed.offsets, packed.chunks, strict=True):
-            p = Placement(bid, chunk, off, b.size)
-            for t in b.tensors:
-                placed[t] = p
-    return placed, tuple(chunk_sizes)
+        if isinstance(blocks, range):
+            offsets, chunks = packed.offsets, packed.chunks
+        else:
+            for i, off, chunk in zip(blocks, packed.offsets, packed.chunks, strict=True):
+                offsets[i], chunks[i] = off, chunk
+    spots = _spots(live.buffer_id, chunks, offsets, live.size)
+    return dict(zip(live.members, map(spots.__getitem__, live.block_of), strict=True)), tuple(
+        chunk_sizes
+    )
+
+
+def _spots(
+    buffer_ids: list[int], chunks: list[int], offsets: list[int], sizes: list[int]
+) -> list[Placement]:
+    """One Placement per block, blocks at the same spot sharing one: they are values, and
+    each object that outlives the plan is scanned again by the next garbage collection
+    (at 100k tensors that scan cost more than building them)."""
+    made: dict[tuple[int, int, int, int], Placement] = {}
+    new = tuple.__new__
+    out = []
+    for key in zip(buffer_ids, chunks, offsets, sizes, strict=True):
+        p = made.get(key)
+        if p is None:
+            p = made[key] = new(Placement, key)
+        out.append(p)
+    return out
 
 
 def _trace_inplace(live: Liveness, plan: Plan) -> None:
