@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import accumulate
+from itertools import accumulate, compress
 
 from tensorplan.alloc.plan import BufferSpec, PlanError
 from tensorplan.graph import Graph
@@ -89,12 +89,13 @@ class Liveness:
 
 
 class _Analysis:
-    """One pass over a graph; `run` returns its Liveness.
+    """Two passes over a graph; `run` returns its Liveness.
 
     Each graph tensor gets an index (its place in step order: leafs, then nodes) from one
-    dict, and every per-tensor fact is a list indexed by it: at 100k tensors a dict lookup
-    is a cache miss, and the lookups, not the arithmetic, set the planning time, so each
-    src read costs one lookup whatever it is (root, view, weight)."""
+    dict, and every per-tensor fact is a list indexed by it. At 100k tensors each first
+    touch of a tensor is a cache miss, so the first pass reads all the plan needs from a
+    tensor at once (its kind, its reads, its size, a number for its buffer id and layout),
+    and the second, over the nodes that may run in place, decides on those lists alone."""
 
     def __init__(
         self,
@@ -109,13 +110,19 @@ class _Analysis:
         self.tensors: list[Tensor] = []  # index -> tensor
         self.pos: dict[Tensor, int] = {}  # tensor -> index
         self.step: list[int] = []  # first step each tensor exists at
-        self.planned = bytearray()  # 1 for a planned root
+        self.distinct = True  # no tensor listed twice among leafs and nodes
+        # filled by scan():
+        self.roots: list[int] = []  # planned roots' indices, in step order
+        self.root_of: list[int] = []  # a planned root's index -> its place in `roots`
+        self.starts: list[int] = []  # per root: first live step
+        self.sizes: list[int] = []  # per root: aligned bytes
+        self.layout: list[int] = []  # a planned root's layout number, -1 for other tensors
+        self.layout_bid: list[int] = []  # layout number -> buffer id
         self.pinned = bytearray()  # 1 for a root live to the end: OUTPUT, or an OUTPUT's root
-        self.roots: list[int] = []  # planned roots, in step order
-        self.views: list[int] = []  # views of planned roots
-        self.view_root: list[int] = []  # views[i]'s root
         self.last: list[int] = []  # last step reading the tensor directly, -1 if none
         self.view_end: list[int] = []  # root -> last step any of its views is live
+        self.cand: list[tuple[int, int, list[int]]] = []  # may run in place: (index, step, srcs)
+        self.refusals: dict[Tensor, tuple[Refusal, ...]] = {}
 
     def index(self) -> None:
         graph = self.graph
@@ -131,61 +138,115 @@ class _Analysis:
         self.tensors = list(first)
         self.pos = dict(zip(self.tensors, range(len(first)), strict=True))
         self.step = list(first.values())
+        self.distinct = False
 
-    def classify(self) -> None:
-        """Which tensors are planned roots (and which of those are pinned) and which are
-        views of them, in step order. owns() inlined: it is called once per tensor."""
-        pos, owner = self.pos, self.owner
-        n = len(self.tensors)
-        roots, views, view_root = self.roots, self.views, self.view_root
-        planned = self.planned = bytearray(n)
-        pinned = self.pinned = bytearray(n)
-        for k, t in enumerate(self.tensors):
-            r = t.view_src
-            if r is None:
-                f = t.flags.real
-                if f & PARAM:
-                    continue
-                if t.buffer is None or (owner is not None and t.placed_by is owner):
+    def scan(self, specs: Sequence[BufferSpec]) -> None:
+        """The first pass, in step order. A root's layout number is equal to another's
+        exactly when both have the same buffer id, dtype, shape and strides (contract 5's
+        test, without touching the tensors again). owns() is inlined."""
+        tensors, pos, step, owner = self.tensors, self.pos, self.step, self.owner
+        n = len(tensors)
+        explain, refusals = self.explain, self.refusals
+        default_rule = self.can_inplace is op_allows_inplace  # then read op.inplace directly
+        aligns = [s.alignment for s in specs]
+        n_specs = len(specs)
+        roots, starts, sizes, cand = self.roots, self.starts, self.sizes, self.cand
+        root_of, layout, last = [0] * n, [-1] * n, [-1] * n
+        layouts: dict[tuple[object, ...], int] = {}
+        layout_size: list[int] = []  # layout number -> aligned bytes
+        layout_bid = self.layout_bid
+        pinned = bytearray(n)
+        views: list[int] = []  # views of planned roots
+        view_root: list[int] = []  # views[i]'s root
+        try:
+            for k, t in enumerate(tensors):
+                s = step[k]
+                r = t.view_src
+                if r is not None:
+                    j = pos.get(r)
+                    if j is not None and owns(r, owner):
+                        views.append(k)
+                        view_root.append(j)
+                    # else: a view of an external tensor or of one outside this graph
+                elif not (f := t.flags.real) & PARAM and (
+                    t.buffer is None or (owner is not None and t.placed_by is owner)
+                ):
+                    bid = t.buffer_id
+                    if not 0 <= bid < n_specs:
+                        raise PlanError(f"{t!r} has buffer id {bid}, not in [0, {n_specs})")
+                    dt = t.dtype
+                    key = (bid, t.shape, t.strides, dt.name, dt.itemsize)  # DType's eq
+                    lay = layouts.get(key)
+                    if lay is None:  # Tensor.nbytes costs ~0.8 us; most roots repeat a layout
+                        a = aligns[bid]
+                        lay = layouts[key] = len(layout_size)
+                        layout_size.append(-(-t.nbytes // a) * a)  # align_up, inlined
+                        layout_bid.append(bid)
+                    layout[k] = lay
+                    root_of[k] = len(roots)
                     roots.append(k)
-                    planned[k] = 1
+                    sizes.append(layout_size[lay])
                     if f & OUTPUT:
                         pinned[k] = 1
-            else:
-                j = pos.get(r)
-                if j is not None and owns(r, owner):
-                    views.append(k)
-                    view_root.append(j)
-            # else: a view of an external tensor, or of one outside this graph: not ours
-
-    def reads(self) -> None:
-        """The last step reading each tensor directly, then each root's last step through
-        its views and whether an OUTPUT view pins it."""
-        pos, n, end_step = self.pos, len(self.tensors), self.end_step
-        last = self.last = [-1] * n
-        t = p = None
-        try:
-            for i, t in enumerate(self.graph.nodes, 1):
-                for p in t.srcs:
-                    last[pos[p]] = i
+                    op = t.op
+                    if op is None or f & INPUT:  # an INPUT's bytes are set before any node
+                        starts.append(0)
+                        if op is not None and explain:
+                            may = op.inplace if default_rule else self.can_inplace(op)
+                            refusals[t] = _REFUSED_INPUT if may else _REFUSED_OP
+                    else:
+                        starts.append(s)
+                        if op.inplace if default_rule else self.can_inplace(op):
+                            js = [pos[p] for p in t.srcs]
+                            cand.append((k, s, js))
+                            if s:
+                                for j in js:
+                                    last[j] = s
+                            continue  # its reads are counted
+                        if explain:
+                            refusals[t] = _REFUSED_OP  # the common case: one shared tuple
+                if s:
+                    for p in t.srcs:
+                        last[pos[p]] = s
+            if not self.distinct:
+                self.reread(last)
         except KeyError:
-            raise PlanError(f"{p!r}, read by {t!r}, is not in the graph") from None
-        tensors, pinned = self.tensors, self.pinned
-        view_end = self.view_end = [-1] * n
-        for k, r in zip(self.views, self.view_root, strict=True):
+            self.missing_src()
+            raise
+        end_step = self.end_step
+        view_end = [-1] * n
+        for k, j in zip(views, view_root, strict=True):
             if tensors[k].flags.real & OUTPUT:
-                pinned[r] = 1
+                pinned[j] = 1
                 e = end_step
             else:
                 e = last[k] if last[k] >= 0 else end_step  # an unread view is a result
-            if e > view_end[r]:
-                view_end[r] = e
+            if e > view_end[j]:
+                view_end[j] = e
+        self.root_of, self.layout, self.pinned = root_of, layout, pinned
+        self.last, self.view_end = last, view_end
+
+    def reread(self, last: list[int]) -> None:
+        """Reads at a tensor's later listings (the first pass read only its first)."""
+        pos, step = self.pos, self.step
+        for i, t in enumerate(self.graph.nodes, 1):
+            if step[pos[t]] != i:
+                for p in t.srcs:
+                    j = pos[p]
+                    if i > last[j]:
+                        last[j] = i
+
+    def missing_src(self) -> None:
+        for t in self.graph.nodes:
+            for p in t.srcs:
+                if p not in self.pos:
+                    raise PlanError(f"{p!r}, read by {t!r}, is not in the graph")
 
     def refusal(self, t: Tensor, p: Tensor, s: int) -> str | None:
         """Why node t (at step s) may not take parent p's bytes; None if it may. The
-        explanation of run()'s test, which checks the same facts in a faster order."""
+        explanation of decide()'s test, which checks the same facts on lists."""
         j = self.pos[p]
-        if not self.planned[j]:
+        if self.layout[j] < 0:
             return PARENT_VIEW if p.view_src is not None else PARENT_EXTERNAL
         if self.pinned[j]:
             return PARENT_OUTPUT
@@ -199,99 +260,71 @@ class _Analysis:
             return LIVE_VIEWS
         return None
 
-    def run(self, specs: Sequence[BufferSpec]) -> Liveness:
-        self.index()
-        self.classify()
-        self.reads()
-        tensors, pos, step, roots = self.tensors, self.pos, self.step, self.roots
-        planned, pinned, last, view_end = self.planned, self.pinned, self.last, self.view_end
-        explain = self.explain
-        chain_of = [0] * len(tensors)  # a planned tensor -> its block's number
-        buffer_ids: list[int] = []  # per block, as Liveness has them
-        starts: list[int] = []
-        sizes: list[int] = []
-        lasts: list[int] = []  # per block: its last member's index
-        last_starts: list[int] = []  # per block: its last member's first step
+    def decide(self) -> Liveness:
+        """The second pass: each candidate takes the bytes of its first src that it may
+        take (ggml: first by index), joining that src's block; then the blocks."""
+        tensors, roots, root_of, starts = self.tensors, self.roots, self.root_of, self.starts
+        layout, pinned, last, view_end = self.layout, self.pinned, self.last, self.view_end
+        explain, refusals = self.explain, self.refusals
+        head = list(range(len(roots)))  # a root's place -> its block root's place
+        is_block = bytearray(b"\x01") * len(roots)  # by root place: does it start a block
+        last_member = roots[:]  # by block root place: its last member's index ...
+        last_start = starts[:]  # ... and that member's first step
         inplace: dict[Tensor, Tensor] = {}
-        refusals: dict[Tensor, tuple[Refusal, ...]] = {}
-        default_rule = self.can_inplace is op_allows_inplace  # then read op.inplace directly
-        aligns = [s.alignment for s in specs]
-        n_specs = len(specs)
-        nbytes: dict[tuple[tuple[int, ...], tuple[int, ...], int], int] = {}  # by layout
-        for k in roots:
-            t = tensors[k]
-            bid = t.buffer_id
-            if not 0 <= bid < n_specs:
-                raise PlanError(f"{t!r} has buffer id {bid}, not in [0, {n_specs})")
-            op = t.op
-            s = 0
-            if op is not None and not t.flags.real & INPUT:
-                s = step[k]
-                if op.inplace if default_rule else self.can_inplace(op):
-                    srcs = t.srcs
-                    for p in srcs:  # the first src whose bytes t may take (ggml: by index)
-                        j = pos[p]
-                        if (
-                            last[j] == s
-                            and planned[j]
-                            and not pinned[j]
-                            and view_end[j] < s
-                            and p.buffer_id == bid
-                            and p.shape == t.shape
-                            and p.strides == t.strides
-                            and (p.dtype is t.dtype or p.dtype == t.dtype)
-                            and srcs.count(p) == 1
-                        ):
-                            inplace[t] = p
-                            c = chain_of[k] = chain_of[j]
-                            lasts[c], last_starts[c] = k, s
-                            break
-                    else:
-                        if explain:
-                            refusals[t] = tuple((p, self.refusal(t, p, s) or "") for p in srcs)
-                        p = None
-                    if p is not None:
-                        if explain and srcs[0] is not p:
-                            refusals[t] = tuple(
-                                (q, self.refusal(t, q, s) or "") for q in srcs[: srcs.index(p)]
-                            )
-                        continue
-                elif explain:
-                    refusals[t] = _REFUSED_OP  # the common case: one shared tuple
-            elif op is not None and explain:  # an INPUT: its bytes are set before any node
-                may = op.inplace if default_rule else self.can_inplace(op)
-                refusals[t] = _REFUSED_INPUT if may else _REFUSED_OP
-            chain_of[k] = len(lasts)
-            layout = (t.shape, t.strides, t.dtype.itemsize)
-            n = nbytes.get(layout)
-            if n is None:  # Tensor.nbytes costs ~0.8 us; most blocks repeat a layout
-                n = nbytes[layout] = t.nbytes
-            a = aligns[bid]
-            buffer_ids.append(bid)
-            starts.append(s)
-            sizes.append(-(-n // a) * a)  # align_up, inlined
-            lasts.append(k)
-            last_starts.append(s)
+        for k, s, js in self.cand:
+            lay = layout[k]
+            for i, j in enumerate(js):
+                if (
+                    last[j] == s
+                    and layout[j] == lay
+                    and not pinned[j]
+                    and view_end[j] < s
+                    and js.count(j) == 1
+                ):
+                    r, h = root_of[k], head[root_of[j]]
+                    head[r], is_block[r] = h, 0
+                    last_member[h], last_start[h] = k, s
+                    inplace[tensors[k]] = tensors[j]
+                    if explain and i:
+                        self.explain_refused(k, s, js[:i])
+                    break
+            else:
+                if explain:
+                    self.explain_refused(k, s, js)
         end_step = self.end_step
         ends = []
-        for k, s in zip(lasts, last_starts, strict=True):
+        block_ends = zip(
+            compress(last_member, is_block), compress(last_start, is_block), strict=True
+        )
+        for k, s in block_ends:
             e = last[k]
             if view_end[k] > e:
                 e = view_end[k]
             if e < 0 or pinned[k]:  # nobody reads it, or it must outlive the graph
                 e = end_step
             ends.append(e if e > s else s)
+        rank = list(accumulate(is_block))  # a root's place -> 1 + its block's number
+        layout_bid = self.layout_bid
         return Liveness(
             end_step,
             [tensors[k] for k in roots],
-            [chain_of[k] for k in roots],
-            buffer_ids,
-            starts,
+            [rank[h] - 1 for h in head],
+            [layout_bid[layout[k]] for k in compress(roots, is_block)],
+            list(compress(starts, is_block)),
             ends,
-            sizes,
+            list(compress(self.sizes, is_block)),
             inplace,
             refusals,
         )
+
+    def explain_refused(self, k: int, s: int, js: list[int]) -> None:
+        t, tensors = self.tensors[k], self.tensors
+        self.refusals[t] = tuple((tensors[j], self.refusal(t, tensors[j], s) or "") for j in js)
+
+    def run(self, specs: Sequence[BufferSpec]) -> Liveness:
+        self.index()
+        self.scan(specs)
+        return self.decide()
 
 
 def analyze(

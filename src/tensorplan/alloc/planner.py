@@ -9,7 +9,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import MappingProxyType
 
@@ -60,30 +60,50 @@ def plan_graph(
         raise ValueError(f"unknown strategy {strategy!r}; choose from {STRATEGIES}")
     specs = buffer_specs(buffer_types)
     t0 = time.perf_counter()
-    with _no_cyclic_gc():
-        live = analyze(graph, specs, owner)
-        if strategy == "ggml":
-            placed, chunk_sizes, inplace = ggml.simulate(graph, specs, owner)
-        else:
-            if max_nodes is None and strategy == "offline":
-                max_nodes = GRAPH_MAX_NODES
-            nodes = node_limit(strategy, max_nodes)
-            placed, chunk_sizes = _pack_blocks(live, specs, budget_s, nodes)
-            inplace = dict(live.inplace)
+    with _no_cyclic_gc():  # _place returns first, so its lists are freed, not scanned, then
+        placed, chunk_sizes, lower, inplace = _place(
+            graph, specs, strategy, budget_s, owner, max_nodes
+        )
     plan = Plan(
         strategy=strategy,
         specs=specs,
         placements=MappingProxyType(placed),
         chunk_sizes=chunk_sizes,
-        lower_bound=tuple(live.lower_bound(len(specs))),
+        lower_bound=lower,
         inplace=MappingProxyType(inplace),
         owner=owner,
     )
     if log.isEnabledFor(logging.DEBUG):
         log.debug("%s in %.1f ms", plan.summary(), (time.perf_counter() - t0) * 1e3)
-    if trace.isEnabledFor(logging.DEBUG):
-        _trace_inplace(live, plan)
     return plan
+
+
+def _place(
+    graph: Graph,
+    specs: Sequence[BufferSpec],
+    strategy: str,
+    budget_s: float,
+    owner: object | None,
+    max_nodes: int | None,
+) -> tuple[
+    dict[Tensor, Placement], tuple[tuple[int, ...], ...], tuple[int, ...], Mapping[Tensor, Tensor]
+]:
+    """plan_graph's work: placements, chunk sizes, lower bound and in-place map."""
+    tracing = trace.isEnabledFor(logging.DEBUG)
+    live = analyze(graph, specs, owner, explain=tracing)
+    lower = tuple(live.lower_bound(len(specs)))
+    inplace: Mapping[Tensor, Tensor]
+    if strategy == "ggml":
+        placed, chunk_sizes, inplace = ggml.simulate(graph, specs, owner)
+    else:
+        if max_nodes is None and strategy == "offline":
+            max_nodes = GRAPH_MAX_NODES
+        nodes = node_limit(strategy, max_nodes)
+        placed, chunk_sizes = _pack_blocks(live, specs, budget_s, nodes)
+        inplace = live.inplace  # made for this plan alone: no copy
+    if tracing:
+        _trace_inplace(live, strategy, inplace)
+    return placed, chunk_sizes, lower, inplace
 
 
 @contextmanager
@@ -156,10 +176,10 @@ def _spots(
     return out
 
 
-def _trace_inplace(live: Liveness, plan: Plan) -> None:
-    for node, parent in plan.inplace.items():
+def _trace_inplace(live: Liveness, strategy: str, inplace: Mapping[Tensor, Tensor]) -> None:
+    for node, parent in inplace.items():
         trace.debug("%s: in place over %s", node.name or node, parent.name or parent)
-    if plan.strategy == "ggml":
+    if strategy == "ggml":
         return  # the refusals below are the offline rule's, not ggml's
     for node, refused in live.refusals.items():
         for candidate, reason in refused:
