@@ -60,8 +60,9 @@ class Liveness:
     the arithmetic on it."""
 
     n_steps: int
-    members: list[Tensor]  # every planned tensor, in step order
-    block_of: list[int]  # members[i] -> the number of its block
+    tensors: list[Tensor]  # the graph's tensors, by index (leafs, then nodes)
+    planned: list[int]  # the index of every planned tensor, in step order
+    block_of: list[int]  # planned[i] -> the number of its block
     buffer_id: list[int]  # per block
     start: list[int]  # per block: its root's first live step
     end: list[int]  # per block, inclusive: its last member's last live step
@@ -71,6 +72,11 @@ class Liveness:
 
     def __len__(self) -> int:
         return len(self.size)
+
+    @property
+    def members(self) -> list[Tensor]:
+        """Every planned tensor, in step order."""
+        return [self.tensors[k] for k in self.planned]
 
     def lower_bound(self, n_buffers: int) -> list[int]:
         """Max over steps of the aligned bytes of live blocks, per buffer id."""
@@ -95,7 +101,8 @@ class _Analysis:
     dict, and every per-tensor fact is a list indexed by it. At 100k tensors each first
     touch of a tensor is a cache miss, so the first pass reads all the plan needs from a
     tensor at once (its kind, its reads, its size, a number for its buffer id and layout),
-    and the second, over the nodes that may run in place, decides on those lists alone."""
+    and the second, over the nodes that may run in place, decides on those lists alone.
+    (Gathering the reads with C loops, map and chain over all srcs, was slower.)"""
 
     def __init__(
         self,
@@ -110,7 +117,7 @@ class _Analysis:
         self.tensors: list[Tensor] = []  # index -> tensor
         self.pos: dict[Tensor, int] = {}  # tensor -> index
         self.step: list[int] = []  # first step each tensor exists at
-        self.distinct = True  # no tensor listed twice among leafs and nodes
+        self.last: list[int] = []  # last step reading the tensor directly, -1 if none
         # filled by scan():
         self.roots: list[int] = []  # planned roots' indices, in step order
         self.root_of: list[int] = []  # a planned root's index -> its place in `roots`
@@ -119,9 +126,9 @@ class _Analysis:
         self.layout: list[int] = []  # a planned root's layout number, -1 for other tensors
         self.layout_bid: list[int] = []  # layout number -> buffer id
         self.pinned = bytearray()  # 1 for a root live to the end: OUTPUT, or an OUTPUT's root
-        self.last: list[int] = []  # last step reading the tensor directly, -1 if none
         self.view_end: list[int] = []  # root -> last step any of its views is live
-        self.cand: list[tuple[int, int, list[int]]] = []  # may run in place: (index, step, srcs)
+        self.cand: list[int] = []  # nodes that may run in place ...
+        self.cand_srcs: list[list[int]] = []  # ... and their srcs' indices
         self.refusals: dict[Tensor, tuple[Refusal, ...]] = {}
 
     def index(self) -> None:
@@ -138,12 +145,11 @@ class _Analysis:
         self.tensors = list(first)
         self.pos = dict(zip(self.tensors, range(len(first)), strict=True))
         self.step = list(first.values())
-        self.distinct = False
 
     def scan(self, specs: Sequence[BufferSpec]) -> None:
-        """The first pass, in step order. A root's layout number is equal to another's
-        exactly when both have the same buffer id, dtype, shape and strides (contract 5's
-        test, without touching the tensors again). owns() is inlined."""
+        """The pass over tensors, in step order. A root's layout number is equal to
+        another's exactly when both have the same buffer id, dtype, shape and strides
+        (contract 5's test, without touching the tensors again). owns() is inlined."""
         tensors, pos, step, owner = self.tensors, self.pos, self.step, self.owner
         n = len(tensors)
         explain, refusals = self.explain, self.refusals
@@ -151,13 +157,15 @@ class _Analysis:
         aligns = [s.alignment for s in specs]
         n_specs = len(specs)
         roots, starts, sizes, cand = self.roots, self.starts, self.sizes, self.cand
-        root_of, layout, last = [0] * n, [-1] * n, [-1] * n
+        root_of, layout = [0] * n, [-1] * n
         layouts: dict[tuple[object, ...], int] = {}
         layout_size: list[int] = []  # layout number -> aligned bytes
         layout_bid = self.layout_bid
         pinned = bytearray(n)
         views: list[int] = []  # views of planned roots
         view_root: list[int] = []  # views[i]'s root
+        last = [-1] * n  # last step reading the tensor directly, -1 if none
+        cand_srcs = self.cand_srcs
         try:
             for k, t in enumerate(tensors):
                 s = step[k]
@@ -198,7 +206,8 @@ class _Analysis:
                         starts.append(s)
                         if op.inplace if default_rule else self.can_inplace(op):
                             js = [pos[p] for p in t.srcs]
-                            cand.append((k, s, js))
+                            cand.append(k)
+                            cand_srcs.append(js)
                             if s:
                                 for j in js:
                                     last[j] = s
@@ -208,10 +217,13 @@ class _Analysis:
                 if s:
                     for p in t.srcs:
                         last[pos[p]] = s
-            if not self.distinct:
-                self.reread(last)
+            if len(tensors) < len(self.graph.leafs) + len(self.graph.nodes):
+                self.reread(last)  # some tensor is listed twice
         except KeyError:
-            self.missing_src()
+            for t in self.graph.nodes:
+                for p in t.srcs:
+                    if p not in pos:
+                        raise PlanError(f"{p!r}, read by {t!r}, is not in the graph") from None
             raise
         end_step = self.end_step
         view_end = [-1] * n
@@ -223,11 +235,11 @@ class _Analysis:
                 e = last[k] if last[k] >= 0 else end_step  # an unread view is a result
             if e > view_end[j]:
                 view_end[j] = e
-        self.root_of, self.layout, self.pinned = root_of, layout, pinned
-        self.last, self.view_end = last, view_end
+        self.root_of, self.layout, self.pinned, self.view_end = root_of, layout, pinned, view_end
+        self.last = last
 
     def reread(self, last: list[int]) -> None:
-        """Reads at a tensor's later listings (the first pass read only its first)."""
+        """Reads at a tensor's later listings (scan() reads only at its first)."""
         pos, step = self.pos, self.step
         for i, t in enumerate(self.graph.nodes, 1):
             if step[pos[t]] != i:
@@ -235,12 +247,6 @@ class _Analysis:
                     j = pos[p]
                     if i > last[j]:
                         last[j] = i
-
-    def missing_src(self) -> None:
-        for t in self.graph.nodes:
-            for p in t.srcs:
-                if p not in self.pos:
-                    raise PlanError(f"{p!r}, read by {t!r}, is not in the graph")
 
     def refusal(self, t: Tensor, p: Tensor, s: int) -> str | None:
         """Why node t (at step s) may not take parent p's bytes; None if it may. The
@@ -261,17 +267,18 @@ class _Analysis:
         return None
 
     def decide(self) -> Liveness:
-        """The second pass: each candidate takes the bytes of its first src that it may
-        take (ggml: first by index), joining that src's block; then the blocks."""
+        """Each candidate takes the bytes of its first src that it may take (ggml: first
+        by index), joining that src's block; then the blocks."""
         tensors, roots, root_of, starts = self.tensors, self.roots, self.root_of, self.starts
         layout, pinned, last, view_end = self.layout, self.pinned, self.last, self.view_end
-        explain, refusals = self.explain, self.refusals
+        step, explain = self.step, self.explain
         head = list(range(len(roots)))  # a root's place -> its block root's place
         is_block = bytearray(b"\x01") * len(roots)  # by root place: does it start a block
         last_member = roots[:]  # by block root place: its last member's index ...
         last_start = starts[:]  # ... and that member's first step
         inplace: dict[Tensor, Tensor] = {}
-        for k, s, js in self.cand:
+        for k, js in zip(self.cand, self.cand_srcs, strict=True):
+            s = step[k]
             lay = layout[k]
             for i, j in enumerate(js):
                 if (
@@ -307,14 +314,15 @@ class _Analysis:
         layout_bid = self.layout_bid
         return Liveness(
             end_step,
-            [tensors[k] for k in roots],
+            tensors,
+            roots,
             [rank[h] - 1 for h in head],
             [layout_bid[layout[k]] for k in compress(roots, is_block)],
             list(compress(starts, is_block)),
             ends,
             list(compress(self.sizes, is_block)),
             inplace,
-            refusals,
+            self.refusals,
         )
 
     def explain_refused(self, k: int, s: int, js: list[int]) -> None:

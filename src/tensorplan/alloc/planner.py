@@ -154,7 +154,8 @@ def _pack_blocks(
             for i, off, chunk in zip(blocks, packed.offsets, packed.chunks, strict=True):
                 offsets[i], chunks[i] = off, chunk
     spots = _spots(live.buffer_id, chunks, offsets, live.size)
-    return dict(zip(live.members, map(spots.__getitem__, live.block_of), strict=True)), tuple(
+    tensors = map(live.tensors.__getitem__, live.planned)  # not live.members: one pass less
+    return dict(zip(tensors, map(spots.__getitem__, live.block_of), strict=True)), tuple(
         chunk_sizes
     )
 
