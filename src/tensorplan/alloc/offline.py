@@ -30,6 +30,7 @@ import random
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 from tensorplan.alloc.improve import improve
 from tensorplan.alloc.plan import UNLIMITED, PlanError
@@ -71,12 +72,7 @@ def load(lo: Sequence[int], hi: Sequence[int], size: Sequence[int]) -> int:
     for s, e, z in zip(lo, hi, size, strict=True):
         diff[s] += z
         diff[e + 1] -= z
-    cur = peak = 0
-    for d in diff:
-        cur += d
-        if cur > peak:
-            peak = cur
-    return peak
+    return max(0, max(accumulate(diff)))  # the running sum, in C
 
 
 def compress(lo: list[int], hi: list[int]) -> tuple[list[int], list[int]]:
@@ -287,12 +283,15 @@ def _candidates(
     needed, as most graphs stop after the first pass."""
     n = len(size)
     span, biggest = max(hi) + 2, max(size) + 1
-    length = [e - s + 1 for s, e in zip(lo, hi, strict=True)]
+
+    def length() -> list[int]:  # only for the orders that need it: most graphs stop first
+        return [e - s + 1 for s, e in zip(lo, hi, strict=True)]
+
     keys: dict[str, Callable[[], list[int]]] = {
-        "longest": lambda: [-length[k] * biggest - size[k] for k in range(n)],
+        "longest": lambda: [-ln * biggest - z for ln, z in zip(length(), size, strict=True)],
         "earliest": lambda: lo,
         "largest": lambda: [-z * span + s for z, s in zip(size, lo, strict=True)],
-        "area": lambda: [-z * ln for z, ln in zip(size, length, strict=True)],
+        "area": lambda: [-z * ln for z, ln in zip(size, length(), strict=True)],
     }
     made: dict[str, list[int]] = {}
     for name, best_fit in plan:
