@@ -117,6 +117,7 @@ class _Analysis:
         self.tensors: list[Tensor] = []  # index -> tensor
         self.pos: dict[Tensor, int] = {}  # tensor -> index
         self.step: list[int] = []  # first step each tensor exists at
+        self.in_order = True  # `pos` is filled by scan(), in step order
         self.last: list[int] = []  # last step reading the tensor directly, -1 if none
         # filled by scan():
         self.roots: list[int] = []  # planned roots' indices, in step order
@@ -131,13 +132,17 @@ class _Analysis:
         self.cand_srcs: list[list[int]] = []  # ... and their srcs' indices
         self.refusals: dict[Tensor, tuple[Refusal, ...]] = {}
 
-    def index(self) -> None:
+    def index(self, in_order: bool) -> None:
+        """Every tensor's index and first step. in_order: assume the rule (leafs and nodes
+        distinct, every src and view root listed before its reader, as Graph.build lists
+        them) and let scan() fill `pos` as it goes, while each tensor is in cache: a
+        separate pass over 100k tensors to build it cost a tenth of the plan. scan()
+        raises _OutOfOrder if the graph breaks the rule, and analyze() starts over."""
         graph = self.graph
-        tensors = [*graph.leafs, *graph.nodes]
-        pos = dict(zip(tensors, range(len(tensors)), strict=True))
-        if len(pos) == len(tensors):  # leafs and nodes distinct: the rule
-            self.tensors, self.pos = tensors, pos
-            self.step = [0] * len(graph.leafs) + list(range(1, len(graph.nodes) + 1))
+        n_leafs, n_nodes = len(graph.leafs), len(graph.nodes)
+        if in_order:
+            self.tensors = [*graph.leafs, *graph.nodes]
+            self.step = [0] * n_leafs + list(range(1, n_nodes + 1))
             return
         first = dict.fromkeys(graph.leafs, 0)  # a tensor listed twice exists from its first
         for i, t in enumerate(graph.nodes, 1):
@@ -145,6 +150,7 @@ class _Analysis:
         self.tensors = list(first)
         self.pos = dict(zip(self.tensors, range(len(first)), strict=True))
         self.step = list(first.values())
+        self.in_order = False
 
     def scan(self, specs: Sequence[BufferSpec]) -> None:
         """The pass over tensors, in step order. A root's layout number is equal to
@@ -164,15 +170,19 @@ class _Analysis:
         pinned = bytearray(n)
         views: list[int] = []  # views of planned roots
         view_root: list[int] = []  # views[i]'s root
+        strays: list[Tensor] = []  # view roots not (yet) seen
         last = [-1] * n  # last step reading the tensor directly, -1 if none
         cand_srcs = self.cand_srcs
         try:
             for k, t in enumerate(tensors):
                 s = step[k]
+                pos[t] = k  # in order: what came before is all there is to read
                 r = t.view_src
                 if r is not None:
                     j = pos.get(r)
-                    if j is not None and owns(r, owner):
+                    if j is None:
+                        strays.append(r)  # outside the graph, or (out of order) later
+                    elif owns(r, owner):
                         views.append(k)
                         view_root.append(j)
                     # else: a view of an external tensor or of one outside this graph
@@ -219,7 +229,11 @@ class _Analysis:
                         last[pos[p]] = s
             if len(tensors) < len(self.graph.leafs) + len(self.graph.nodes):
                 self.reread(last)  # some tensor is listed twice
+            if self.in_order and (len(pos) < n or any(r in pos for r in strays)):
+                raise _OutOfOrder  # a tensor listed twice, or a view before its root
         except KeyError:
+            if self.in_order:
+                raise _OutOfOrder from None  # perhaps a src listed after its reader
             for t in self.graph.nodes:
                 for p in t.srcs:
                     if p not in pos:
@@ -329,10 +343,14 @@ class _Analysis:
         t, tensors = self.tensors[k], self.tensors
         self.refusals[t] = tuple((tensors[j], self.refusal(t, tensors[j], s) or "") for j in js)
 
-    def run(self, specs: Sequence[BufferSpec]) -> Liveness:
-        self.index()
+    def run(self, specs: Sequence[BufferSpec], in_order: bool) -> Liveness:
+        self.index(in_order)
         self.scan(specs)
         return self.decide()
+
+
+class _OutOfOrder(Exception):
+    """The graph lists a tensor twice, or a src or view root after its reader."""
 
 
 def analyze(
@@ -344,4 +362,7 @@ def analyze(
 ) -> Liveness:
     """Blocks of the tensors `owner` plans in `graph`, with their live intervals.
     explain=False leaves `refusals` empty (the planner asks for them only to log them)."""
-    return _Analysis(graph, owner, can_inplace, explain).run(specs)
+    try:
+        return _Analysis(graph, owner, can_inplace, explain).run(specs, in_order=True)
+    except _OutOfOrder:
+        return _Analysis(graph, owner, can_inplace, explain).run(specs, in_order=False)
