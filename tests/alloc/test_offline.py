@@ -7,7 +7,7 @@ import random
 import pytest
 
 from tensorplan.alloc import UNLIMITED, lower_bound, plan_graph, verify
-from tensorplan.alloc.offline import TRACE_ORDERS, Packed, _Pass, load, solve
+from tensorplan.alloc.offline import TRACE_ORDERS, Packed, _fit, _Pass, load, solve
 from tensorplan.graph import Graph
 
 from . import models
@@ -83,6 +83,53 @@ def test_sweep_equals_bucket_pass_on_start_order(seed: int) -> None:
     order = sorted(range(len(size)), key=lo.__getitem__)
     for best_fit in (False, True):
         assert runner.sweep(order, best_fit)[0] == runner.run(order, best_fit)[0]
+
+
+def plain_pass(
+    lo: list[int], hi: list[int], size: list[int], cap: int, order: list[int], best_fit: bool
+) -> tuple[list[int], list[int], list[int]]:
+    """_Pass.run's rule with no time buckets: each item goes where _fit puts it among every
+    item live at the same time in the first chunk with room (a chunk holds at most `cap`
+    bytes, or the size of the item that opened it)."""
+    placed: list[list[tuple[int, int, int, int]]] = []  # per chunk: (start, end, offset, top)
+    caps: list[int] = []
+    offsets, chunks = [0] * len(size), [0] * len(size)
+    for k in order:
+        if not size[k]:
+            continue
+        for c in range(len(placed) + 1):
+            if c == len(placed):
+                placed.append([])
+                caps.append(max(cap, size[k]))
+            if size[k] > caps[c]:
+                continue
+            spans = [(o, t) for s, e, o, t in placed[c] if s <= hi[k] and e >= lo[k]]
+            pos = _fit(spans, size[k], caps[c], best_fit) if spans else 0
+            if pos >= 0:
+                break
+        placed[c].append((lo[k], hi[k], pos, pos + size[k]))
+        offsets[k], chunks[k] = pos, c
+    return offsets, chunks, [max((t for *_, t in p), default=0) for p in placed] or [0]
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_bucket_pass_equals_plain_scan(seed: int) -> None:
+    # the buckets (sorted by offset, first fit stopping at the first gap that fits, several
+    # buckets taken in turns) only make the lookups cheaper: the same offsets as a scan of
+    # every placed item, in one chunk or several
+    rng = random.Random(seed)
+    n = rng.randrange(1, 120)
+    lo = [rng.randrange(rng.choice((5, 30, 200))) for _ in range(n)]
+    hi = [s + int(rng.expovariate(1 / rng.choice((1, 3, 10, 50)))) for s in lo]
+    size = [rng.choice((0, 8, 16, 64, 100, 1000)) * rng.randrange(1, 4) for _ in range(n)]
+    order = list(range(n))
+    rng.shuffle(order)
+    for cap in (UNLIMITED, 1000, 3000):
+        runner = _Pass(lo, hi, size, cap)
+        for best_fit in (False, True):
+            packed, _ = runner.run(order, best_fit)
+            want = plain_pass(lo, hi, size, cap, order, best_fit)
+            assert (packed.offsets, packed.chunks, packed.chunk_sizes) == want
 
 
 def test_improvement_phase_finds_something() -> None:

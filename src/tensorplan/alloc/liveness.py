@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from itertools import accumulate, compress
 
 from tensorplan.alloc.plan import BufferSpec, PlanError
 from tensorplan.graph import Graph
@@ -35,7 +35,6 @@ LIVE_VIEWS = "parent has live views"
 Refusal = tuple[Tensor | None, str]  # (parent or None for the node itself, reason)
 _REFUSED_OP: tuple[Refusal, ...] = ((None, OP_NOT_INPLACE),)
 _REFUSED_INPUT: tuple[Refusal, ...] = ((None, NODE_IS_INPUT),)
-_ROOT, _VIEW, _OTHER = 0, 1, 2  # what a graph tensor is to the planner
 
 # Flags as plain ints, tested as `t.flags.real & BIT`: IntFlag's own `&` builds a new enum
 # member and costs ~2.5 us, more than everything else the planner does per tensor.
@@ -54,72 +53,96 @@ def owns(t: Tensor, owner: object | None) -> bool:
     return t.buffer is None or (owner is not None and t.placed_by is owner)
 
 
-class Block(NamedTuple):
-    """A run of bytes: a NamedTuple, not a frozen dataclass, as there is one per planned
-    tensor and building a tuple costs a third as much."""
-
-    tensors: tuple[Tensor, ...]  # the root, then each node that took its bytes in place
-    buffer_id: int
-    start: int
-    end: int  # inclusive: the last member's end (each starts where the previous ends)
-    size: int  # aligned bytes
-
-
 @dataclass(frozen=True, slots=True)
 class Liveness:
+    """Blocks as columns, one list per field indexed by block number: at 100k tensors an
+    object per block cost more to build, and to scan at the next garbage collection, than
+    the arithmetic on it."""
+
     n_steps: int
-    blocks: tuple[Block, ...]
+    tensors: list[Tensor]  # the graph's tensors, by index (leafs, then nodes)
+    planned: list[int]  # the index of every planned tensor, in step order
+    block_of: list[int]  # planned[i] -> the number of its block
+    buffer_id: list[int]  # per block
+    start: list[int]  # per block: its root's first live step
+    end: list[int]  # per block, inclusive: its last member's last live step
+    size: list[int]  # per block: aligned bytes
     inplace: Mapping[Tensor, Tensor]  # node -> parent it took over
     refusals: Mapping[Tensor, tuple[Refusal, ...]]  # node -> why each candidate was refused
+
+    def __len__(self) -> int:
+        return len(self.size)
+
+    @property
+    def members(self) -> list[Tensor]:
+        """Every planned tensor, in step order."""
+        return [self.tensors[k] for k in self.planned]
 
     def lower_bound(self, n_buffers: int) -> list[int]:
         """Max over steps of the aligned bytes of live blocks, per buffer id."""
         diffs = [[0] * (self.n_steps + 2) for _ in range(n_buffers)]
-        for b in self.blocks:
-            d = diffs[b.buffer_id]
-            d[b.start] += b.size
-            d[b.end + 1] -= b.size
-        result = []
-        for d in diffs:
-            load = peak = 0
-            for x in d:
-                load += x
-                if load > peak:  # not max(): a call per step
-                    peak = load
-            result.append(peak)
-        return result
+        if n_buffers == 1:
+            d = diffs[0]
+            for s, e, z in zip(self.start, self.end, self.size, strict=True):
+                d[s] += z
+                d[e + 1] -= z
+        else:
+            for b, s, e, z in zip(self.buffer_id, self.start, self.end, self.size, strict=True):
+                d = diffs[b]
+                d[s] += z
+                d[e + 1] -= z
+        return [max(accumulate(d)) for d in diffs]  # never below 0: d[0] >= 0, sums end at 0
 
 
 class _Analysis:
-    """One pass over a graph; `run` returns its Liveness.
+    """Two passes over a graph; `run` returns its Liveness.
 
     Each graph tensor gets an index (its place in step order: leafs, then nodes) from one
-    dict, and every per-tensor fact is a list indexed by it: at 100k tensors a dict lookup
-    is a cache miss, and the lookups, not the arithmetic, set the planning time, so each
-    src read costs one lookup whatever it is (root, view, weight)."""
+    dict, and every per-tensor fact is a list indexed by it. At 100k tensors each first
+    touch of a tensor is a cache miss, so the first pass reads all the plan needs from a
+    tensor at once (its kind, its reads, its size, a number for its buffer id and layout),
+    and the second, over the nodes that may run in place, decides on those lists alone.
+    (Gathering the reads with C loops, map and chain over all srcs, was slower.)"""
 
-    def __init__(self, graph: Graph, owner: object | None, can_inplace: Callable[[Op], bool]):
+    def __init__(
+        self,
+        graph: Graph,
+        owner: object | None,
+        can_inplace: Callable[[Op], bool],
+        explain: bool,
+    ):
         self.graph, self.owner, self.can_inplace = graph, owner, can_inplace
+        self.explain = explain  # record why each in-place candidate was refused
         self.end_step = len(graph.nodes)
         self.tensors: list[Tensor] = []  # index -> tensor
         self.pos: dict[Tensor, int] = {}  # tensor -> index
         self.step: list[int] = []  # first step each tensor exists at
-        self.kind: list[int] = []  # _ROOT (planned), _VIEW (of a planned root) or _OTHER
-        self.roots_of: list[int] = []  # a view's root
-        self.start: list[int] = []  # a root's start step
+        self.in_order = True  # `pos` is filled by scan(), in step order
         self.last: list[int] = []  # last step reading the tensor directly, -1 if none
+        # filled by scan():
+        self.roots: list[int] = []  # planned roots' indices, in step order
+        self.root_of: list[int] = []  # a planned root's index -> its place in `roots`
+        self.starts: list[int] = []  # per root: first live step
+        self.sizes: list[int] = []  # per root: aligned bytes
+        self.layout: list[int] = []  # a planned root's layout number, -1 for other tensors
+        self.layout_bid: list[int] = []  # layout number -> buffer id
+        self.pinned = bytearray()  # 1 for a root live to the end: OUTPUT, or an OUTPUT's root
         self.view_end: list[int] = []  # root -> last step any of its views is live
-        self.pinned: list[bool] = []  # roots of OUTPUT views
-        self.roots: list[int] = []  # planned roots, in step order
-        self.views: list[int] = []  # views of planned roots
+        self.cand: list[int] = []  # nodes that may run in place ...
+        self.cand_srcs: list[list[int]] = []  # ... and their srcs' indices
+        self.refusals: dict[Tensor, tuple[Refusal, ...]] = {}
 
-    def index(self) -> None:
+    def index(self, in_order: bool) -> None:
+        """Every tensor's index and first step. in_order: assume the rule (leafs and nodes
+        distinct, every src and view root listed before its reader, as Graph.build lists
+        them) and let scan() fill `pos` as it goes, while each tensor is in cache: a
+        separate pass over 100k tensors to build it cost a tenth of the plan. scan()
+        raises _OutOfOrder if the graph breaks the rule, and analyze() starts over."""
         graph = self.graph
-        tensors = [*graph.leafs, *graph.nodes]
-        pos = dict(zip(tensors, range(len(tensors)), strict=True))
-        if len(pos) == len(tensors):  # leafs and nodes distinct: the rule
-            self.tensors, self.pos = tensors, pos
-            self.step = [0] * len(graph.leafs) + list(range(1, len(graph.nodes) + 1))
+        n_leafs, n_nodes = len(graph.leafs), len(graph.nodes)
+        if in_order:
+            self.tensors = [*graph.leafs, *graph.nodes]
+            self.step = [0] * n_leafs + list(range(1, n_nodes + 1))
             return
         first = dict.fromkeys(graph.leafs, 0)  # a tensor listed twice exists from its first
         for i, t in enumerate(graph.nodes, 1):
@@ -127,70 +150,125 @@ class _Analysis:
         self.tensors = list(first)
         self.pos = dict(zip(self.tensors, range(len(first)), strict=True))
         self.step = list(first.values())
+        self.in_order = False
 
-    def classify(self) -> None:
-        """Which tensors are planned roots and which are views of them, in step order."""
+    def scan(self, specs: Sequence[BufferSpec]) -> None:
+        """The pass over tensors, in step order. A root's layout number is equal to
+        another's exactly when both have the same buffer id, dtype, shape and strides
+        (contract 5's test, without touching the tensors again). owns() is inlined."""
         tensors, pos, step, owner = self.tensors, self.pos, self.step, self.owner
         n = len(tensors)
-        start, roots, views = [0] * n, self.roots, self.views
-        roots_of = [0] * n
-        for k, t in enumerate(tensors):
-            r = t.view_src
-            if r is None:
-                if owns(t, owner):
+        explain, refusals = self.explain, self.refusals
+        default_rule = self.can_inplace is op_allows_inplace  # then read op.inplace directly
+        aligns = [s.alignment for s in specs]
+        n_specs = len(specs)
+        roots, starts, sizes, cand = self.roots, self.starts, self.sizes, self.cand
+        root_of, layout = [0] * n, [-1] * n
+        layouts: dict[tuple[object, ...], int] = {}
+        layout_size: list[int] = []  # layout number -> aligned bytes
+        layout_bid = self.layout_bid
+        pinned = bytearray(n)
+        views: list[int] = []  # views of planned roots
+        view_root: list[int] = []  # views[i]'s root
+        strays: list[Tensor] = []  # view roots not (yet) seen
+        last = [-1] * n  # last step reading the tensor directly, -1 if none
+        cand_srcs = self.cand_srcs
+        try:
+            for k, t in enumerate(tensors):
+                s = step[k]
+                pos[t] = k  # in order: what came before is all there is to read
+                r = t.view_src
+                if r is not None:
+                    j = pos.get(r)
+                    if j is None:
+                        strays.append(r)  # outside the graph, or (out of order) later
+                    elif owns(r, owner):
+                        views.append(k)
+                        view_root.append(j)
+                    # else: a view of an external tensor or of one outside this graph
+                elif not (f := t.flags.real) & PARAM and (
+                    t.buffer is None or (owner is not None and t.placed_by is owner)
+                ):
+                    bid = t.buffer_id
+                    if not 0 <= bid < n_specs:
+                        raise PlanError(f"{t!r} has buffer id {bid}, not in [0, {n_specs})")
+                    dt = t.dtype
+                    key = (bid, t.shape, t.strides, dt.name, dt.itemsize)  # DType's eq
+                    lay = layouts.get(key)
+                    if lay is None:  # Tensor.nbytes costs ~0.8 us; most roots repeat a layout
+                        a = aligns[bid]
+                        lay = layouts[key] = len(layout_size)
+                        layout_size.append(-(-t.nbytes // a) * a)  # align_up, inlined
+                        layout_bid.append(bid)
+                    layout[k] = lay
+                    root_of[k] = len(roots)
                     roots.append(k)
-                    if t.op is not None and not t.flags.real & INPUT:
-                        start[k] = step[k]
-            else:
-                j = pos.get(r)
-                if j is not None and owns(r, owner):
-                    views.append(k)
-                    roots_of[k] = j
-            # else: a view of an external tensor, or of one outside this graph: not ours
-        kind = [_OTHER] * n
-        for k in roots:
-            kind[k] = _ROOT
-        self.kind, self.start, self.roots_of = kind, start, roots_of
-
-    def reads(self) -> None:
-        """The last step reading each tensor directly, then each root's last step with its
-        views and whether an OUTPUT view pins it."""
-        pos, n, end_step = self.pos, len(self.tensors), self.end_step
-        last = self.last = [-1] * n
-        for i, t in enumerate(self.graph.nodes, 1):
-            for p in t.srcs:
-                j = pos.get(p)
-                if j is None:
-                    raise PlanError(f"{p!r}, read by {t!r}, is not in the graph")
-                last[j] = i
-        tensors, roots_of = self.tensors, self.roots_of
-        view_end, pinned = self.view_end, self.pinned = [-1] * n, [False] * n
-        for k in self.views:
-            r = roots_of[k]
+                    sizes.append(layout_size[lay])
+                    if f & OUTPUT:
+                        pinned[k] = 1
+                    op = t.op
+                    if op is None or f & INPUT:  # an INPUT's bytes are set before any node
+                        starts.append(0)
+                        if op is not None and explain:
+                            may = op.inplace if default_rule else self.can_inplace(op)
+                            refusals[t] = _REFUSED_INPUT if may else _REFUSED_OP
+                    else:
+                        starts.append(s)
+                        if op.inplace if default_rule else self.can_inplace(op):
+                            js = [pos[p] for p in t.srcs]
+                            cand.append(k)
+                            cand_srcs.append(js)
+                            if s:
+                                for j in js:
+                                    last[j] = s
+                            continue  # its reads are counted
+                        if explain:
+                            refusals[t] = _REFUSED_OP  # the common case: one shared tuple
+                if s:
+                    for p in t.srcs:
+                        last[pos[p]] = s
+            if len(tensors) < len(self.graph.leafs) + len(self.graph.nodes):
+                self.reread(last)  # some tensor is listed twice
+            if self.in_order and (len(pos) < n or any(r in pos for r in strays)):
+                raise _OutOfOrder  # a tensor listed twice, or a view before its root
+        except KeyError:
+            if self.in_order:
+                raise _OutOfOrder from None  # perhaps a src listed after its reader
+            for t in self.graph.nodes:
+                for p in t.srcs:
+                    if p not in pos:
+                        raise PlanError(f"{p!r}, read by {t!r}, is not in the graph") from None
+            raise
+        end_step = self.end_step
+        view_end = [-1] * n
+        for k, j in zip(views, view_root, strict=True):
             if tensors[k].flags.real & OUTPUT:
-                pinned[r] = True
+                pinned[j] = 1
                 e = end_step
             else:
                 e = last[k] if last[k] >= 0 else end_step  # an unread view is a result
-            if e > view_end[r]:
-                view_end[r] = e
+            if e > view_end[j]:
+                view_end[j] = e
+        self.root_of, self.layout, self.pinned, self.view_end = root_of, layout, pinned, view_end
+        self.last = last
 
-    def end(self, k: int) -> int:
-        """Root k's last live step: its last read, direct or through a view, or the end of
-        the graph for an OUTPUT root, a pinned root and one nobody reads."""
-        e = self.last[k]
-        if self.view_end[k] > e:
-            e = self.view_end[k]
-        if e < 0 or self.pinned[k] or self.tensors[k].flags.real & OUTPUT:
-            e = self.end_step
-        return e if e > self.start[k] else self.start[k]
+    def reread(self, last: list[int]) -> None:
+        """Reads at a tensor's later listings (scan() reads only at its first)."""
+        pos, step = self.pos, self.step
+        for i, t in enumerate(self.graph.nodes, 1):
+            if step[pos[t]] != i:
+                for p in t.srcs:
+                    j = pos[p]
+                    if i > last[j]:
+                        last[j] = i
 
     def refusal(self, t: Tensor, p: Tensor, s: int) -> str | None:
-        """Why node t (at step s) may not take parent p's bytes; None if it may."""
+        """Why node t (at step s) may not take parent p's bytes; None if it may. The
+        explanation of decide()'s test, which checks the same facts on lists."""
         j = self.pos[p]
-        if self.kind[j] != _ROOT:
+        if self.layout[j] < 0:
             return PARENT_VIEW if p.view_src is not None else PARENT_EXTERNAL
-        if p.flags.real & OUTPUT or self.pinned[j]:
+        if self.pinned[j]:
             return PARENT_OUTPUT
         if p.buffer_id != t.buffer_id:
             return BUFFER_DIFFERS
@@ -202,81 +280,77 @@ class _Analysis:
             return LIVE_VIEWS
         return None
 
-    def parent(self, t: Tensor, s: int, refused: list[Refusal]) -> Tensor | None:
-        """The first src whose bytes node t (at step s; an in-place op, not an input)
-        takes in place (ggml: first by index)."""
-        for p in t.srcs:
-            reason = self.refusal(t, p, s)
-            if reason is None:
-                return p
-            refused.append((p, reason))
-        return None
-
-    def run(self, specs: Sequence[BufferSpec]) -> Liveness:
-        self.index()
-        self.classify()
-        self.reads()
-        tensors, pos, step = self.tensors, self.pos, self.step
-        chain_of = [0] * len(tensors)  # a root -> its block's number
-        chains: list[list[Tensor]] = []  # per block: its root, then each in-place node
-        firsts: list[int] = []  # per block: its root's index
-        lasts: list[int] = []  # per block: its last member's index
+    def decide(self) -> Liveness:
+        """Each candidate takes the bytes of its first src that it may take (ggml: first
+        by index), joining that src's block; then the blocks."""
+        tensors, roots, root_of, starts = self.tensors, self.roots, self.root_of, self.starts
+        layout, pinned, last, view_end = self.layout, self.pinned, self.last, self.view_end
+        step, explain = self.step, self.explain
+        head = list(range(len(roots)))  # a root's place -> its block root's place
+        is_block = bytearray(b"\x01") * len(roots)  # by root place: does it start a block
+        last_member = roots[:]  # by block root place: its last member's index ...
+        last_start = starts[:]  # ... and that member's first step
         inplace: dict[Tensor, Tensor] = {}
-        refusals: dict[Tensor, tuple[Refusal, ...]] = {}
-        default_rule = self.can_inplace is op_allows_inplace  # then read op.inplace directly
-        n_specs = len(specs)
-        for k in self.roots:
-            t = tensors[k]
-            if not 0 <= t.buffer_id < n_specs:
-                raise PlanError(f"{t!r} has buffer id {t.buffer_id}, not in [0, {n_specs})")
-            p = None
-            op = t.op
-            if op is None:
-                pass
-            elif not (op.inplace if default_rule else self.can_inplace(op)):
-                refusals[t] = _REFUSED_OP  # the common case: one shared tuple
-            elif t.flags.real & INPUT:
-                refusals[t] = _REFUSED_INPUT  # its bytes are set before any node runs
+        for k, js in zip(self.cand, self.cand_srcs, strict=True):
+            s = step[k]
+            lay = layout[k]
+            for i, j in enumerate(js):
+                if (
+                    last[j] == s
+                    and layout[j] == lay
+                    and not pinned[j]
+                    and view_end[j] < s
+                    and js.count(j) == 1
+                ):
+                    r, h = root_of[k], head[root_of[j]]
+                    head[r], is_block[r] = h, 0
+                    last_member[h], last_start[h] = k, s
+                    inplace[tensors[k]] = tensors[j]
+                    if explain and i:
+                        self.explain_refused(k, s, js[:i])
+                    break
             else:
-                refused: list[Refusal] = []
-                p = self.parent(t, step[k], refused)
-                if refused:
-                    refusals[t] = tuple(refused)
-            if p is None:
-                chain_of[k] = len(chains)
-                chains.append([t])
-                firsts.append(k)
-                lasts.append(k)
-            else:
-                inplace[t] = p
-                c = chain_of[k] = chain_of[pos[p]]
-                chains[c].append(t)
-                lasts[c] = k
-        blocks = self.blocks(chains, firsts, lasts, specs)
-        return Liveness(self.end_step, blocks, inplace, refusals)
+                if explain:
+                    self.explain_refused(k, s, js)
+        end_step = self.end_step
+        ends = []
+        block_ends = zip(
+            compress(last_member, is_block), compress(last_start, is_block), strict=True
+        )
+        for k, s in block_ends:
+            e = last[k]
+            if view_end[k] > e:
+                e = view_end[k]
+            if e < 0 or pinned[k]:  # nobody reads it, or it must outlive the graph
+                e = end_step
+            ends.append(e if e > s else s)
+        rank = list(accumulate(is_block))  # a root's place -> 1 + its block's number
+        layout_bid = self.layout_bid
+        return Liveness(
+            end_step,
+            tensors,
+            roots,
+            [rank[h] - 1 for h in head],
+            [layout_bid[layout[k]] for k in compress(roots, is_block)],
+            list(compress(starts, is_block)),
+            ends,
+            list(compress(self.sizes, is_block)),
+            inplace,
+            self.refusals,
+        )
 
-    def blocks(
-        self,
-        chains: list[list[Tensor]],
-        firsts: list[int],
-        lasts: list[int],
-        specs: Sequence[BufferSpec],
-    ) -> tuple[Block, ...]:
-        start, end = self.start, self.end
-        aligns = [s.alignment for s in specs]
-        nbytes: dict[tuple[tuple[int, ...], tuple[int, ...], int], int] = {}  # by layout
-        out = []
-        for chain, f, la in zip(chains, firsts, lasts, strict=True):
-            root = chain[0]
-            bid = root.buffer_id
-            a = aligns[bid]
-            layout = (root.shape, root.strides, root.dtype.itemsize)
-            n = nbytes.get(layout)
-            if n is None:  # Tensor.nbytes costs ~0.8 us; most blocks repeat a layout
-                n = nbytes[layout] = root.nbytes
-            size = -(-n // a) * a  # align_up, inlined
-            out.append(Block(tuple(chain), bid, start[f], end(la), size))
-        return tuple(out)
+    def explain_refused(self, k: int, s: int, js: list[int]) -> None:
+        t, tensors = self.tensors[k], self.tensors
+        self.refusals[t] = tuple((tensors[j], self.refusal(t, tensors[j], s) or "") for j in js)
+
+    def run(self, specs: Sequence[BufferSpec], in_order: bool) -> Liveness:
+        self.index(in_order)
+        self.scan(specs)
+        return self.decide()
+
+
+class _OutOfOrder(Exception):
+    """The graph lists a tensor twice, or a src or view root after its reader."""
 
 
 def analyze(
@@ -284,6 +358,11 @@ def analyze(
     specs: Sequence[BufferSpec],
     owner: object | None = None,
     can_inplace: Callable[[Op], bool] = op_allows_inplace,
+    explain: bool = True,
 ) -> Liveness:
-    """Blocks of the tensors `owner` plans in `graph`, with their live intervals."""
-    return _Analysis(graph, owner, can_inplace).run(specs)
+    """Blocks of the tensors `owner` plans in `graph`, with their live intervals.
+    explain=False leaves `refusals` empty (the planner asks for them only to log them)."""
+    try:
+        return _Analysis(graph, owner, can_inplace, explain).run(specs, in_order=True)
+    except _OutOfOrder:
+        return _Analysis(graph, owner, can_inplace, explain).run(specs, in_order=False)

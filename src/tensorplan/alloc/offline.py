@@ -30,6 +30,7 @@ import random
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 from tensorplan.alloc.improve import improve
 from tensorplan.alloc.plan import UNLIMITED, PlanError
@@ -45,7 +46,7 @@ UNIT_S = 0.15e-6
 UNITS_PER_ITEM = 12
 MAX_PASSES = 200  # so a tiny problem that misses the bound still returns at once
 
-Span = tuple[int, int, int, int, int]  # (start, end, first bucket, offset, offset + size)
+Span = tuple[int, int, int, int, int]  # (offset, offset + size, start, end, first bucket)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,12 +72,7 @@ def load(lo: Sequence[int], hi: Sequence[int], size: Sequence[int]) -> int:
     for s, e, z in zip(lo, hi, size, strict=True):
         diff[s] += z
         diff[e + 1] -= z
-    cur = peak = 0
-    for d in diff:
-        cur += d
-        if cur > peak:
-            peak = cur
-    return peak
+    return max(0, max(accumulate(diff)))  # the running sum, in C
 
 
 def compress(lo: list[int], hi: list[int]) -> tuple[list[int], list[int]]:
@@ -110,10 +106,43 @@ def _fit(spans: list[tuple[int, int]], size: int, cap: int, best_fit: bool) -> i
     return pos if pos + size <= cap else -1
 
 
+def _first_fit(
+    buckets: list[list[Span] | None], b0: int, b1: int, s: int, e: int, size: int
+) -> tuple[int, int]:
+    """The lowest offset where `size` bytes meet no item live in [s, e], for a query over
+    time buckets b0..b1 (each sorted by offset), and how many items they hold. Each bucket
+    in turn raises the offset past what it holds there, round the buckets until none
+    does: then every bucket has room there, and nothing lower has room in all of them."""
+    pos = seen = 0
+    for b in range(b0, b1 + 1):
+        items = buckets[b]
+        if items is not None:
+            seen += len(items)
+    n = b1 - b0 + 1
+    b = b0
+    still = 0  # buckets in a row that left pos where it was
+    while still < n:
+        items = buckets[b]
+        if items is not None:
+            p = pos
+            for o, t, ls, le, _ in items:
+                if ls <= e and le >= s:
+                    if o - p >= size:
+                        break
+                    if t > p:
+                        p = t
+            if p != pos:
+                pos, still = p, 0
+        still += 1
+        b = b + 1 if b < b1 else b0
+    return pos, seen
+
+
 class _Chunk:
-    """Items placed in one chunk, each listed in every time bucket its interval touches. A
-    query for [s, e] reads every item of s's bucket, and of each later bucket up to e's
-    only the items that begin there, so it sees each item once (see _Pass.run)."""
+    """Items placed in one chunk, each listed in every time bucket its interval touches,
+    each bucket sorted by offset. A query for [s, e] reads every item of s's bucket, and of
+    each later bucket up to e's only the items that begin there, so it sees each item once
+    (see _Pass.run)."""
 
     __slots__ = ("buckets", "cap", "top")
 
@@ -134,20 +163,26 @@ class _Pass:
         self.n_buckets = (max(hi) if n else 0) // self.width + 1
 
     def run(self, order: Sequence[int], best_fit: bool) -> tuple[Packed, int]:
-        """The packing, and the work units it cost (for the budget's cost model)."""
+        """The packing, and the work units it cost (for the budget's cost model: every
+        item of every bucket a query reads counts, wherever the query stops).
+
+        First fit in one bucket, the common query (largest first, on graphs), walks the
+        bucket up by offset and stops at the first gap that fits: the lowest offset that
+        fits, as _fit would find among the same items, without listing and sorting them."""
         lo, hi, size, width = self.lo, self.hi, self.size, self.width
         offsets = [0] * len(size)
         where = [0] * len(size)
         chunks: list[_Chunk] = []
         work = UNITS_PER_ITEM * len(size)
+        insort = bisect.insort
         for k in order:  # _Chunk.conflicts and .add inlined: this loop is the planner's
             sz = size[k]
             if sz == 0:
                 continue  # takes no bytes: offset 0 of chunk 0 overlaps nothing
             s, e = lo[k], hi[k]
             b0, b1 = s // width, e // width
-            c = pos = -1
-            while pos < 0:
+            c = -1
+            while True:
                 c += 1
                 if c == len(chunks):
                     chunks.append(_Chunk(self.n_buckets, max(self.capacity, sz)))
@@ -156,24 +191,43 @@ class _Pass:
                     continue
                 buckets = chunk.buckets
                 items = buckets[b0]
+                if not best_fit:
+                    if b0 == b1:
+                        pos = 0
+                        if items is not None:
+                            work += len(items)
+                            for o, t, ls, le, _ in items:
+                                if ls <= e and le >= s:
+                                    if o - pos >= sz:
+                                        break
+                                    if t > pos:
+                                        pos = t
+                    else:
+                        pos, seen = _first_fit(buckets, b0, b1, s, e, sz)
+                        work += seen
+                    if pos + sz <= chunk.cap:
+                        break
+                    continue
                 if items is None:
                     spans = []
                 else:
                     work += len(items)
-                    spans = [(o, t) for (ls, le, _, o, t) in items if ls <= e and le >= s]
+                    spans = [(o, t) for (o, t, ls, le, _) in items if ls <= e and le >= s]
                 for b in range(b0 + 1, b1 + 1):  # only items that begin there: seen once
                     items = buckets[b]
                     if items is not None:
                         work += len(items)
-                        spans += [(o, t) for (ls, _, f, o, t) in items if f == b and ls <= e]
+                        spans += [(o, t) for (o, t, ls, _, f) in items if f == b and ls <= e]
                 pos = _fit(spans, sz, chunk.cap, best_fit) if spans else 0
-            span = (s, e, b0, pos, pos + sz)
+                if pos >= 0:
+                    break
+            span = (pos, pos + sz, s, e, b0)
             for b in range(b0, b1 + 1):
                 items = buckets[b]
                 if items is None:
                     buckets[b] = [span]
                 else:
-                    items.append(span)
+                    insort(items, span)
             if pos + sz > chunk.top:
                 chunk.top = pos + sz
             offsets[k], where[k] = pos, c
@@ -229,12 +283,15 @@ def _candidates(
     needed, as most graphs stop after the first pass."""
     n = len(size)
     span, biggest = max(hi) + 2, max(size) + 1
-    length = [e - s + 1 for s, e in zip(lo, hi, strict=True)]
+
+    def length() -> list[int]:  # only for the orders that need it: most graphs stop first
+        return [e - s + 1 for s, e in zip(lo, hi, strict=True)]
+
     keys: dict[str, Callable[[], list[int]]] = {
-        "longest": lambda: [-length[k] * biggest - size[k] for k in range(n)],
+        "longest": lambda: [-ln * biggest - z for ln, z in zip(length(), size, strict=True)],
         "earliest": lambda: lo,
         "largest": lambda: [-z * span + s for z, s in zip(size, lo, strict=True)],
-        "area": lambda: [-z * ln for z, ln in zip(size, length, strict=True)],
+        "area": lambda: [-z * ln for z, ln in zip(size, length(), strict=True)],
     }
     made: dict[str, list[int]] = {}
     for name, best_fit in plan:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import MappingProxyType
 
@@ -60,30 +60,50 @@ def plan_graph(
         raise ValueError(f"unknown strategy {strategy!r}; choose from {STRATEGIES}")
     specs = buffer_specs(buffer_types)
     t0 = time.perf_counter()
-    with _no_cyclic_gc():
-        live = analyze(graph, specs, owner)
-        if strategy == "ggml":
-            placed, chunk_sizes, inplace = ggml.simulate(graph, specs, owner)
-        else:
-            if max_nodes is None and strategy == "offline":
-                max_nodes = GRAPH_MAX_NODES
-            nodes = node_limit(strategy, max_nodes)
-            placed, chunk_sizes = _pack_blocks(live, specs, budget_s, nodes)
-            inplace = dict(live.inplace)
+    with _no_cyclic_gc():  # _place returns first, so its lists are freed, not scanned, then
+        placed, chunk_sizes, lower, inplace = _place(
+            graph, specs, strategy, budget_s, owner, max_nodes
+        )
     plan = Plan(
         strategy=strategy,
         specs=specs,
         placements=MappingProxyType(placed),
         chunk_sizes=chunk_sizes,
-        lower_bound=tuple(live.lower_bound(len(specs))),
+        lower_bound=lower,
         inplace=MappingProxyType(inplace),
         owner=owner,
     )
     if log.isEnabledFor(logging.DEBUG):
         log.debug("%s in %.1f ms", plan.summary(), (time.perf_counter() - t0) * 1e3)
-    if trace.isEnabledFor(logging.DEBUG):
-        _trace_inplace(live, plan)
     return plan
+
+
+def _place(
+    graph: Graph,
+    specs: Sequence[BufferSpec],
+    strategy: str,
+    budget_s: float,
+    owner: object | None,
+    max_nodes: int | None,
+) -> tuple[
+    dict[Tensor, Placement], tuple[tuple[int, ...], ...], tuple[int, ...], Mapping[Tensor, Tensor]
+]:
+    """plan_graph's work: placements, chunk sizes, lower bound and in-place map."""
+    tracing = trace.isEnabledFor(logging.DEBUG)
+    live = analyze(graph, specs, owner, explain=tracing)
+    lower = tuple(live.lower_bound(len(specs)))
+    inplace: Mapping[Tensor, Tensor]
+    if strategy == "ggml":
+        placed, chunk_sizes, inplace = ggml.simulate(graph, specs, owner)
+    else:
+        if max_nodes is None and strategy == "offline":
+            max_nodes = GRAPH_MAX_NODES
+        nodes = node_limit(strategy, max_nodes)
+        placed, chunk_sizes = _pack_blocks(live, specs, budget_s, nodes)
+        inplace = live.inplace  # made for this plan alone: no copy
+    if tracing:
+        _trace_inplace(live, strategy, inplace)
+    return placed, chunk_sizes, lower, inplace
 
 
 @contextmanager
@@ -104,15 +124,23 @@ def _pack_blocks(
     live: Liveness, specs: Sequence[BufferSpec], budget_s: float, max_nodes: int | None
 ) -> tuple[dict[Tensor, Placement], tuple[tuple[int, ...], ...]]:
     """Offline packing of each buffer id's blocks; every tensor of a block shares its spot."""
-    placed: dict[Tensor, Placement] = {}
+    n = len(live)
+    offsets, chunks = [0] * n, [0] * n
     chunk_sizes: list[tuple[int, ...]] = []
-    used = {b.buffer_id for b in live.blocks}
+    used = set(live.buffer_id)
     for bid, spec in enumerate(specs):
-        blocks = [b for b in live.blocks if b.buffer_id == bid]
+        if used == {bid}:  # the common case: one buffer id, every block
+            blocks: Sequence[int] = range(n)
+            lo, hi, size = live.start, live.end, live.size
+        else:
+            blocks = [i for i, b in enumerate(live.buffer_id) if b == bid]
+            lo = [live.start[i] for i in blocks]
+            hi = [live.end[i] for i in blocks]
+            size = [live.size[i] for i in blocks]
         packed = solve(
-            [b.start for b in blocks],
-            [b.end for b in blocks],
-            [b.size for b in blocks],
+            lo,
+            hi,
+            size,
             capacity=spec.max_size,
             budget_s=budget_s / max(len(used), 1),
             max_nodes=max_nodes,
@@ -120,17 +148,39 @@ def _pack_blocks(
             max_passes=GRAPH_MAX_PASSES if max_nodes is not None else MAX_PASSES,
         )
         chunk_sizes.append(tuple(packed.chunk_sizes))
-        for b, off, chunk in zip(blocks, packed.offsets, packed.chunks, strict=True):
-            p = Placement(bid, chunk, off, b.size)
-            for t in b.tensors:
-                placed[t] = p
-    return placed, tuple(chunk_sizes)
+        if isinstance(blocks, range):
+            offsets, chunks = packed.offsets, packed.chunks
+        else:
+            for i, off, chunk in zip(blocks, packed.offsets, packed.chunks, strict=True):
+                offsets[i], chunks[i] = off, chunk
+    spots = _spots(live.buffer_id, chunks, offsets, live.size)
+    tensors = map(live.tensors.__getitem__, live.planned)  # not live.members: one pass less
+    return dict(zip(tensors, map(spots.__getitem__, live.block_of), strict=True)), tuple(
+        chunk_sizes
+    )
 
 
-def _trace_inplace(live: Liveness, plan: Plan) -> None:
-    for node, parent in plan.inplace.items():
+def _spots(
+    buffer_ids: list[int], chunks: list[int], offsets: list[int], sizes: list[int]
+) -> list[Placement]:
+    """One Placement per block, blocks at the same spot sharing one: they are values, and
+    each object that outlives the plan is scanned again by the next garbage collection
+    (at 100k tensors that scan cost more than building them)."""
+    made: dict[tuple[int, int, int, int], Placement] = {}
+    new = tuple.__new__
+    out = []
+    for key in zip(buffer_ids, chunks, offsets, sizes, strict=True):
+        p = made.get(key)
+        if p is None:
+            p = made[key] = new(Placement, key)
+        out.append(p)
+    return out
+
+
+def _trace_inplace(live: Liveness, strategy: str, inplace: Mapping[Tensor, Tensor]) -> None:
+    for node, parent in inplace.items():
         trace.debug("%s: in place over %s", node.name or node, parent.name or parent)
-    if plan.strategy == "ggml":
+    if strategy == "ggml":
         return  # the refusals below are the offline rule's, not ggml's
     for node, refused in live.refusals.items():
         for candidate, reason in refused:
