@@ -20,8 +20,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tensorplan.alloc.search import Outcome, Problem, Status, decide
+from tensorplan.alloc.valleys import find
 
 RESTART_NODES = 2  # per item: a skyline try that needs more has usually gone wrong early
+VALLEY_NODES = 40  # per item, per valley restart: its finds took 1-30 per item
 PROOF_SHARE = 2  # the complete search gets 1/PROOF_SHARE of each capacity's nodes
 
 
@@ -84,6 +86,10 @@ def _attempt(p: Problem, cap: int, nodes: int, budget: _Budget, stop: float) -> 
     """Does a packing fit in `cap`? Skyline restarts first, then the complete search; both
     give up at `stop` (perf_counter seconds)."""
     quick = nodes - nodes // PROOF_SHARE
+    out = _valley_restarts(p, cap, quick // 2, budget, stop)
+    quick -= out.nodes
+    if out.status is Status.FOUND or time.perf_counter() > stop:
+        return out
     limit = max(RESTART_NODES * len(p.items), 64)
     restart = 0
     while quick > 0:
@@ -101,6 +107,26 @@ def _attempt(p: Problem, cap: int, nodes: int, budget: _Budget, stop: float) -> 
     out = decide(p, cap, nodes // PROOF_SHARE + max(quick, 0), stop, None)
     budget.spent += out.nodes
     return out
+
+
+def _valley_restarts(p: Problem, cap: int, nodes: int, budget: _Budget, stop: float) -> Outcome:
+    """The fail-first valley search, restarted with jittered value orders, alternately
+    branching only on corners that must be filled and on every corner (with giving its
+    section up as the last try where bytes are spare); the outcome carries the nodes it
+    spent in all."""
+    limit = max(VALLEY_NODES * len(p.items), 64)
+    order = p.preorder("total")
+    spent, seed = 0, 0
+    out = Outcome(Status.ABORTED, None, 0, 0)
+    while spent < nodes:
+        every_corner = seed % 2 == 1 or max(p.load, default=0) < cap
+        out = find(p, cap, min(limit, nodes - spent), stop, order, seed // 2, every_corner)
+        spent += out.nodes
+        budget.spent += out.nodes
+        seed += 1
+        if out.status is Status.FOUND or time.perf_counter() > stop:
+            break
+    return Outcome(out.status, out.offsets, out.height, spent)
 
 
 def _try_order(p: Problem, restart: int) -> list[int]:

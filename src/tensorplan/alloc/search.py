@@ -113,6 +113,9 @@ class _Search:
     """The state of one decision search: offsets, min offsets, section floors and bytes
     left, changed in place on the way down and restored on the way back."""
 
+    # Offsets never decrease down a branch, so whatever is left goes above the last one.
+    MONOTONE = True
+
     def __init__(self, p: Problem, capacity: int, order: list[int]) -> None:
         self.p, self.cap = p, capacity
         # Canonical order among items at one offset: by start (they never meet), which the
@@ -227,7 +230,7 @@ class _Search:
             floor[s] = top
             left[s] -= sz
         undo = (k, raised, floors)
-        if top > self.cap or o + max(left) > self.cap:
+        if top > self.cap or (self.MONOTONE and o + max(left) > self.cap):
             return undo, hatless, False
         ok = self._raise_floors(raised, floors)
         return undo, hatless, ok

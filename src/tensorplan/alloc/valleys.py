@@ -1,0 +1,208 @@
+"""A skyline search that fills the most constrained valley first, for finding packings.
+
+The skyline is each section's floor: below it every byte is decided (an item, or given
+up). A *valley* is a run of sections at one floor f with higher (or no) neighbours on both
+sides. In a section with no byte to spare (floor + bytes left = capacity), nothing below
+the capacity may stay empty, so the point at height f on a valley's left edge must be the
+bottom-left corner of an item that starts there and ends inside the valley; likewise its
+right edge needs an item ending there. Every such corner is a constraint any packing meets.
+
+So at each node the search lists the corners of every valley and branches on the one with
+the fewest candidate items (fail first): none left means this branch is dead long before
+the lowest-leftmost rule would notice, one is a forced move. Where no valley has a
+mandatory corner, it fills the lowest valley's left corner or gives that stretch up, as
+the plain skyline does; with `every_corner` it treats every corner as binding instead,
+giving up only the corner's own section as the last try where bytes are spare.
+
+Candidates are tried in a value order that prefers items closing the valley exactly (the
+item reaches the far wall) and items whose top is flush with the neighbouring floor, then
+the caller's order (seed 0) or a seeded random one (restarts). Where every section is
+tight the branching loses no packing, so "infeasible" is a proof there; elsewhere giving a
+stretch up loses packings and "infeasible" means only that this tree had none.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+from tensorplan.alloc.search import Outcome, Problem, Status, Undo, _Search
+
+# (first section, stop section, floor, side: 1 left corner, -1 right corner, 0 open valley)
+Spot = tuple[int, int, int, int]
+
+
+class _Frame:
+    """One level: the corner branched on, its candidates, the one being tried."""
+
+    __slots__ = ("spot", "cands", "i", "undo")
+
+    def __init__(self, spot: Spot, cands: list[int]) -> None:
+        self.spot, self.cands = spot, cands
+        self.i = 0
+        self.undo: Undo | None = None
+
+
+class Valleys(_Search):
+    """Fail-first skyline search: the most constrained valley corner is filled next."""
+
+    MONOTONE = False  # valleys are filled in any order
+
+    def __init__(
+        self, p: Problem, capacity: int, order: list[int], seed: int = 0, every_corner: bool = False
+    ) -> None:
+        super().__init__(p, capacity, order)
+        self.every_corner = every_corner
+        n_sec = p.n_sections
+        self.starts: list[list[int]] = [[] for _ in range(n_sec + 1)]
+        self.ends: list[list[int]] = [[] for _ in range(n_sec + 1)]
+        for k in sorted(p.items, key=self.try_key.__getitem__):
+            self.starts[p.first[k]].append(k)
+            self.ends[p.stop[k]].append(k)
+        rng = random.Random(seed)
+        # ties in the value order: the caller's order, or a seeded shuffle on restarts
+        self.tie = [0.0] * p.n
+        for k in p.items:
+            self.tie[k] = rng.random() if seed else float(self.try_key[k])
+
+    def run(self, max_nodes: int, deadline: float) -> Outcome:
+        nodes = 0
+        if max(self.left, default=0) > self.cap:
+            return self._outcome(Status.INFEASIBLE, nodes)
+        spot, cands = self._choose()
+        stack = [_Frame(spot, cands)] if cands else []
+        while stack:
+            fr = stack[-1]
+            if fr.undo is not None:  # back from the subtree under fr's last try: it failed
+                self._restore(fr.undo)
+                fr.undo = None
+            if fr.i == len(fr.cands):
+                stack.pop()
+                continue
+            k = fr.cands[fr.i]
+            fr.i += 1
+            nodes += 1
+            if nodes > max_nodes or (nodes & 255 == 0 and time.perf_counter() > deadline):
+                return self._outcome(Status.ABORTED, nodes - 1)
+            if k >= 0:
+                fr.undo, _, ok = self._place(k, fr.spot[2])
+            else:
+                fr.undo = self._give_up(fr.spot)
+                ok = all(self.floor[s] + self.left[s] <= self.cap for s, _ in fr.undo[2])
+            if not ok:
+                continue
+            if self.placed == len(self.p.items):
+                return self._outcome(Status.FOUND, nodes)
+            spot, cands = self._choose()
+            if cands:
+                stack.append(_Frame(spot, cands))
+        return self._outcome(Status.INFEASIBLE, nodes)
+
+    def _choose(self) -> tuple[Spot, list[int] | None]:
+        """The corner to branch on and its candidates in value order; None: a dead end."""
+        floor, left, cap = self.floor, self.left, self.cap
+        n_sec = len(floor)
+        best: Spot | None = None
+        best_cands: list[int] = []
+        lowest: tuple[int, int, int] | None = None  # open valley: (floor, first, stop)
+        s = 0
+        while s < n_sec:
+            if not left[s]:
+                s += 1
+                continue
+            f = floor[s]
+            b = s + 1
+            while b < n_sec and left[b] and floor[b] == f:
+                b += 1
+            a = s
+            s = b
+            if (a > 0 and left[a - 1] and floor[a - 1] < f) or (
+                b < n_sec and left[b] and floor[b] < f
+            ):
+                continue  # a step, not a valley
+            tight_l = f + left[a] >= cap
+            tight_r = f + left[b - 1] >= cap
+            if not (tight_l or tight_r or self.every_corner):
+                if lowest is None or f < lowest[0]:
+                    lowest = (f, a, b)
+                continue
+            for side, tight in ((1, tight_l), (-1, tight_r)):
+                if not (tight or self.every_corner):
+                    continue
+                cands = self._corner_items(a, b, f, side)
+                if not tight:
+                    cands.append(-1)  # the corner may stay empty: give its section up
+                if not cands:
+                    return (a, b, f, side), None
+                if best is None or len(cands) < len(best_cands):
+                    best, best_cands = (a, b, f, side), cands
+                    if len(cands) == 1:
+                        return best, best_cands
+        if best is not None:
+            return best, self._value_order(best, best_cands)
+        if lowest is None:
+            return (0, 0, 0, 0), None
+        f, a, b = lowest
+        spot = (a, b, f, 0)
+        cands = self._value_order(spot, self._corner_items(a, b, f, 1))
+        cands.append(-1)  # bytes to spare here: leaving them empty is a try
+        return spot, cands
+
+    def _corner_items(self, a: int, b: int, f: int, side: int) -> list[int]:
+        """Unplaced items at the valley's left (side 1) or right (-1) corner that fit."""
+        off, size, cap, first, stop = self.off, self.p.size, self.cap - f, self.p.first, self.p.stop
+        if side == 1:
+            return [k for k in self.starts[a] if off[k] < 0 and stop[k] <= b and size[k] <= cap]
+        return [k for k in self.ends[b] if off[k] < 0 and first[k] >= a and size[k] <= cap]
+
+    def _value_order(self, spot: Spot, cands: list[int]) -> list[int]:
+        if cands and cands[-1] < 0:
+            return [*self._value_order(spot, cands[:-1]), -1]
+        a, b, f, side = spot
+        floor, left, n_sec = self.floor, self.left, len(self.floor)
+        size, first, stop, tie = self.p.size, self.p.first, self.p.stop, self.tie
+        left_h = floor[a - 1] if a > 0 and left[a - 1] else -1
+        right_h = floor[b] if b < n_sec and left[b] else -1
+
+        def key(k: int) -> tuple[int, int, float]:
+            top = f + size[k]
+            closes = (stop[k] == b) if side >= 0 else (first[k] == a)
+            flush = top == left_h or top == right_h
+            return (0 if closes else 1, 0 if flush else 1, tie[k])
+
+        return sorted(cands, key=key)
+
+    def _give_up(self, spot: Spot) -> Undo:
+        """Raise the open valley (side 0), or only its corner's section, to the lower
+        higher neighbour (or by the smallest item there)."""
+        a, b, f, side = spot
+        floor, left = self.floor, self.left
+        if side == 1:
+            b = a + 1
+        elif side == -1:
+            a = b - 1
+        higher = [floor[s] for s in (a - 1, b) if 0 <= s < len(floor) and left[s] and floor[s] > f]
+        up = (
+            min(higher)
+            if higher
+            else f + min([self.p.size[k] for k in self.p.members[a] if self.off[k] < 0])
+        )
+        floors = [(s, floor[s]) for s in range(a, b) if left[s]]
+        for s, _ in floors:
+            floor[s] = up
+        return (-1, [], floors)
+
+
+def find(
+    p: Problem,
+    capacity: int,
+    max_nodes: int,
+    deadline: float,
+    order: list[int],
+    seed: int = 0,
+    every_corner: bool = False,
+) -> Outcome:
+    """One fail-first skyline search for a packing within `capacity`."""
+    if not p.items:
+        return Outcome(Status.FOUND, [0] * p.n, 0, 0)
+    return Valleys(p, capacity, order, seed, every_corner).run(max_nodes, deadline)

@@ -1,0 +1,74 @@
+"""The fail-first valley search: what it finds is valid, it is deterministic, and where
+every section is tight (branching only on corners that must be filled) it is complete."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tensorplan.alloc.offline import load
+from tensorplan.alloc.search import Problem, Status
+from tensorplan.alloc.valleys import find
+
+from .test_pack import cut_rectangle
+from .test_search import Items, brute_force, items, valid
+
+
+def _columns(intervals: list[tuple[str, int, int, int]]) -> Items:
+    return (
+        [s for _, s, _, _ in intervals],
+        [e - 1 for _, _, e, _ in intervals],
+        [z for *_, z in intervals],
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(items(max_n=7), st.integers(0, 5), st.booleans(), st.integers(0, 3))
+def test_what_it_finds_fits_and_nothing_fits_below_the_optimum(
+    case: Items, extra: int, every_corner: bool, seed: int
+) -> None:
+    # it fills valleys in any order, so offsets may fall down a branch: every packing it
+    # reports is checked against the capacity and every overlap
+    lo, hi, size = case
+    best = brute_force(lo, hi, size)
+    p = Problem(lo, hi, size)
+    deadline = time.perf_counter() + 60
+    for cap in (best + extra, best - 1):
+        if cap < 0:
+            continue
+        out = find(p, cap, 10**5, deadline, p.preorder("total"), seed, every_corner)
+        if out.status is Status.FOUND:
+            assert out.offsets is not None and cap >= best
+            assert valid(lo, hi, size, out.offsets, cap) and out.height <= cap
+
+
+@settings(max_examples=40, deadline=None)
+@given(items(max_n=40, max_t=20), st.integers(0, 5), st.integers(1, 2000))
+def test_same_input_same_nodes_same_answer(case: Items, seed: int, nodes: int) -> None:
+    lo, hi, size = case
+    p = Problem(lo, hi, size)
+    cap = load(lo, hi, size) + 3
+    runs = [find(p, cap, nodes, time.perf_counter() + 60, p.preorder("total"), seed, True)
+            for _ in range(2)]  # fmt: skip
+    assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_complete_where_every_section_is_tight(seed: int) -> None:
+    # a cut rectangle at its lower bound: every byte is used, so each valley's corners
+    # must be filled and branching on them alone loses no packing
+    lo, hi, size = _columns(cut_rectangle(seed, depth=5, width=60, span=12))
+    p = Problem(lo, hi, size)
+    cap = load(lo, hi, size)
+    out = find(p, cap, 10**6, time.perf_counter() + 60, p.preorder("total"))
+    assert out.status is Status.FOUND and out.offsets is not None
+    assert valid(lo, hi, size, out.offsets, cap)
+
+
+def test_a_section_too_full_is_infeasible_at_once() -> None:
+    p = Problem([0, 0], [1, 1], [3, 4])
+    out = find(p, 6, 10, time.perf_counter() + 60, p.preorder("total"))
+    assert out.status is Status.INFEASIBLE and out.nodes == 0
