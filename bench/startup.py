@@ -16,11 +16,15 @@ Implementations:
   faster-whisper  load WhisperModel(ct2 dir, device="cpu", compute_type="default"),
                   transcribe, write txt; needs --fw-python (an interpreter with it);
   before, before notorch  the same from an older src tree (--before), to compare.
-Each runs once untimed first (the OS's file cache; tensorplan's weight cache, whose first
-write is a new user's first run only: that one is timed separately, "cold"). Runs are
-interleaved (round r runs every implementation once, the order rotating) so all
-share the machine's noise; cells are medians of --repeats. Ratios are tensorplan /
-faster-whisper per round, then the median.
+The source trees run are byte-compiled first (compileall, into their __pycache__), as an
+installed package is at install: with PYTHONDONTWRITEBYTECODE set, a tree run through
+PYTHONPATH would otherwise compile every module in every run (75 ms of tensorplan's
+import, measured), while faster-whisper's installed modules load compiled; --no-compile
+measures without that. Each runs once untimed first (the OS's file cache; tensorplan's
+weight cache, whose first write is a new user's first run only: that one is timed
+separately, "cold"). Runs are interleaved (round r runs every implementation once, the
+order rotating) so all share the machine's noise; cells are medians of --repeats. Ratios
+are tensorplan / faster-whisper per round, then the median.
 
     python bench/startup.py [--repeats 7] [--fw-python VENV/bin/python] [--before OLD/src]
     python bench/startup.py --smoke      # tensorplan only, once (CI)
@@ -29,6 +33,7 @@ faster-whisper per round, then the median.
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import statistics
@@ -165,7 +170,13 @@ def main() -> int:
                         "notorch), e.g. from git archive REV src | tar -x -C DIR")
     p.add_argument("--smoke", action="store_true", help="tensorplan only, once")
     p.add_argument("--json", type=Path, default=None, help="also write the raw times here")
+    p.add_argument("--no-compile", action="store_true",
+                   help="do not byte-compile the source trees first (see above)")
     args = p.parse_args()
+    if not (args.no_compile or args.smoke):
+        for tree in (ROOT / "src", args.before):
+            if tree is not None and not compileall.compile_dir(tree, quiet=1):
+                print(f"could not byte-compile {tree}", file=sys.stderr)
     names = ["tensorplan", "notorch", "tensorplan-cli"]
     if args.before and not args.smoke:
         names += ["before", "before notorch"]

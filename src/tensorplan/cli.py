@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.metadata
 import logging
 import os
 import signal
@@ -33,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Whisper speech to text on a tensor-graph runtime with a static memory "
         "planner.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    parser.add_argument("--version", action=_Version, help="show the version and exit")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
@@ -44,8 +43,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Version(argparse.Action):
+    """--version, looked up only when asked for: importlib.metadata costs 35 ms of import
+    (email, zipfile, ...) that every other run would pay while the parser is built."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        print(f"{parser.prog} {version()}")  # to stdout, as argparse's "version" action
+        parser.exit()
+
+
 def version() -> str:
     """The installed distribution's version; the source tree's when run uninstalled."""
+    import importlib.metadata
+
     try:
         return importlib.metadata.version("tensorplan")
     except importlib.metadata.PackageNotFoundError:
