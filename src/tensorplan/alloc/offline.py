@@ -37,7 +37,7 @@ from tensorplan.alloc.plan import UNLIMITED, PlanError
 
 DEFAULT_BUDGET_S = 10.0  # a wall-clock stop for the search; the node limit comes first
 HEURISTIC_S = 0.05  # what the greedy passes and the hill climb may cost, at most
-DEFAULT_MAX_NODES = 100_000  # ~1-5 s of search on a 500-buffer trace
+DEFAULT_MAX_NODES = 200_000  # ~1-4 s of search on a 500-buffer trace
 UNLIMITED_NODES = 1 << 62  # exact's node limit: only the clock stops it
 SEARCH_MAX_ITEMS = 5_000  # past this the default strategy keeps the greedy result
 # Cost model (measured on a shared 2-core CI box): a pass costs ~0.15 us per placed item it

@@ -237,19 +237,34 @@ class _Search:
 
     def _raise_floors(self, raised: list[tuple[int, int]], floors: list[tuple[int, int]]) -> bool:
         """A section's bytes below its lowest unplaced min offset are lost: raise its floor
-        there, then check floor + bytes left <= capacity where anything changed."""
+        there, then check floor + bytes left <= capacity where anything changed.
+
+        Only a section where a raised item could sit at the floor before and no longer
+        can may lose bytes: it must have met the floor (old min offset <= floor) and now be
+        above it (new min offset, the placed top, > floor)."""
+        if not raised:
+            return all(self.floor[s] + self.left[s] <= self.cap for s, _ in floors)
         p, off, min_off, floor, left, cap = (
             self.p, self.off, self.min_off, self.floor, self.left, self.cap
         )  # fmt: skip
-        touched = {s for j, _ in raised for s in range(p.first[j], p.stop[j])}
+        top = min_off[raised[0][0]]
+        touched = {
+            s
+            for j, old in raised
+            for s in range(p.first[j], p.stop[j])
+            if old <= floor[s] < top
+        }
         for s in touched:
             if left[s] == 0:
                 continue
-            lowest = min([min_off[j] for j in p.members[s] if off[j] < 0])
-            if lowest > floor[s]:
-                floors.append((s, floor[s]))
-                floor[s] = lowest
-            if floor[s] + left[s] > cap:
+            f = floor[s]
+            for j in p.members[s]:
+                if min_off[j] <= f and off[j] < 0:
+                    break  # an item can still sit at the floor: nothing lost here
+            else:
+                floors.append((s, f))
+                f = floor[s] = min([min_off[j] for j in p.members[s] if off[j] < 0])
+            if f + left[s] > cap:
                 return False
         return all(floor[s] + left[s] <= cap for s, _ in floors)
 
