@@ -249,10 +249,7 @@ class _Search:
         )  # fmt: skip
         top = min_off[raised[0][0]]
         touched = {
-            s
-            for j, old in raised
-            for s in range(p.first[j], p.stop[j])
-            if old <= floor[s] < top
+            s for j, old in raised for s in range(p.first[j], p.stop[j]) if old <= floor[s] < top
         }
         for s in touched:
             if left[s] == 0:
@@ -267,6 +264,26 @@ class _Search:
             if f + left[s] > cap:
                 return False
         return all(floor[s] + left[s] <= cap for s, _ in floors)
+
+    def _raise_stretch(self, a: int, b: int, f: int, count_done: bool) -> Undo:
+        """Give sections [a, b) at floor f up: raise them to the lower of their higher
+        neighbours (a finished section counts as one only with count_done), or by the
+        smallest item left in section a."""
+        floor, left = self.floor, self.left
+        higher = [
+            floor[s]
+            for s in (a - 1, b)
+            if 0 <= s < len(floor) and (count_done or left[s]) and floor[s] > f
+        ]
+        up = (
+            min(higher)
+            if higher
+            else f + min([self.p.size[k] for k in self.p.members[a] if self.off[k] < 0])
+        )
+        floors = [(s, floor[s]) for s in range(a, b) if left[s]]
+        for s, _ in floors:
+            floor[s] = up
+        return (-1, [], floors)
 
     def _restore(self, undo: Undo) -> None:
         k, raised, floors = undo
@@ -337,17 +354,7 @@ class _Skyline(_Search):
 
     def _skip(self) -> Undo:
         at, f, end = self.spot
-        floor, left = self.floor, self.left
-        higher = [floor[s] for s in (at - 1, end) if 0 <= s < len(floor) and floor[s] > f]
-        up = (
-            min(higher)
-            if higher
-            else f + min([self.p.size[k] for k in self.p.members[at] if self.off[k] < 0])
-        )
-        floors = [(s, floor[s]) for s in range(at, end) if left[s]]
-        for s, _ in floors:
-            floor[s] = up
-        return (-1, [], floors)
+        return self._raise_stretch(at, end, f, count_done=True)
 
 
 def decide(

@@ -176,21 +176,11 @@ class Valleys(_Search):
         """Raise the open valley (side 0), or only its corner's section, to the lower
         higher neighbour (or by the smallest item there)."""
         a, b, f, side = spot
-        floor, left = self.floor, self.left
         if side == 1:
             b = a + 1
         elif side == -1:
             a = b - 1
-        higher = [floor[s] for s in (a - 1, b) if 0 <= s < len(floor) and left[s] and floor[s] > f]
-        up = (
-            min(higher)
-            if higher
-            else f + min([self.p.size[k] for k in self.p.members[a] if self.off[k] < 0])
-        )
-        floors = [(s, floor[s]) for s in range(a, b) if left[s]]
-        for s, _ in floors:
-            floor[s] = up
-        return (-1, [], floors)
+        return self._raise_stretch(a, b, f, count_done=False)
 
 
 def find(
