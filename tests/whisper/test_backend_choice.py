@@ -40,6 +40,18 @@ def test_audio_seconds_reads_headers(tmp_path: Path) -> None:
     assert bc.audio_seconds([tmp_path / "junk.wav"]) is None
 
 
+@pytest.mark.parametrize(("clips", "want"), [
+    ((), 11.0),
+    ((0.0, 30.0), 11.0),  # past the end: only what is there
+    ((2.0, 5.0), 3.0),
+    ((1.0, 2.0, 8.0), 4.0),  # an odd count: the last clip runs to the end
+    ((20.0,), 0.0),  # starts after the end
+])
+def test_only_the_clips_count(clips: tuple[float, ...], want: float) -> None:
+    assert bc.clipped_seconds(11.0, clips) == pytest.approx(want)
+    assert bc.audio_seconds([JFK], clips) == pytest.approx(want, abs=0.01)
+
+
 def test_cli_default_on_a_short_file_never_imports_torch() -> None:
     pytest.importorskip("torch")
     code = ("import sys\nfrom tensorplan.cli import main\n"

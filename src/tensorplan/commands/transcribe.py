@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -170,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
         ensure_output_dir(out_dir)
         check_outputs(paths, out_dir, formats)
     opts = model_options(args, options)
-    model = load(opts, audio_seconds=_audio_seconds(paths, opts))
+    model = load(opts, audio_seconds=_audio_seconds(paths, opts, options.clip_timestamps))
     failed = 0
     for path in paths:
         try:
@@ -191,15 +192,16 @@ def run(args: argparse.Namespace) -> int:
     return 2 if failed else 0
 
 
-def _audio_seconds(paths: list[Path], opts: Any) -> float | None:
-    """The files' duration, for backend auto to weigh PyTorch's start-up against; probed
-    only where it decides something (auto, float32 weights, torch installed)."""
+def _audio_seconds(paths: list[Path], opts: Any, clips: Sequence[float]) -> float | None:
+    """What will be transcribed of the files (their duration, cut to the clips), for
+    backend auto to weigh PyTorch's start-up against; probed only where it decides
+    something (auto, float32 weights, torch installed)."""
     from tensorplan.backends import torch_available
     from tensorplan.whisper import backend_choice
 
     if opts.backend != "auto" or opts.compute_type == "int8" or not torch_available():
         return None
-    return backend_choice.audio_seconds(paths)
+    return backend_choice.audio_seconds(paths, clips)
 
 
 def _is_batch(args: argparse.Namespace) -> bool:

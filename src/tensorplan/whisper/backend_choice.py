@@ -38,16 +38,30 @@ def resolve(name: str, compute_type: str = "float32",
     return "numpy"
 
 
-def audio_seconds(paths: Sequence[str | os.PathLike[str]]) -> float | None:
-    """The declared total duration of these files (their containers' headers, not decoded),
-    or None when any is unknown (unreadable, a stream without a duration)."""
+def clipped_seconds(duration: float, clips: Sequence[float] = ()) -> float:
+    """How much of a `duration`-second file `clip_timestamps` (start, end, start, ...; an
+    odd count leaves the last clip open to the end) will transcribe."""
+    if not clips:
+        return duration
+    spans = list(zip(clips[0::2], clips[1::2], strict=False))
+    if len(clips) % 2:
+        spans.append((clips[-1], duration))
+    return sum(max(0.0, min(end, duration) - start) for start, end in spans)
+
+
+def audio_seconds(
+    paths: Sequence[str | os.PathLike[str]], clips: Sequence[float] = ()
+) -> float | None:
+    """The total duration these files declare (their containers' headers, not decoded),
+    cut to what `clips` will transcribe of each, or None when any is unknown (unreadable,
+    a stream without a duration)."""
     from tensorplan.whisper.audio import plain_wav_seconds
 
     total = 0.0
     for path in paths:
         seconds = plain_wav_seconds(path)  # a plain WAV: its header, no PyAV import
         if seconds is not None:
-            total += seconds
+            total += clipped_seconds(seconds, clips)
             continue
         import av  # needed to decode them anyway; the probe reads headers only
 
@@ -55,7 +69,7 @@ def audio_seconds(paths: Sequence[str | os.PathLike[str]]) -> float | None:
             with av.open(os.fspath(path), metadata_errors="ignore") as container:
                 if container.duration is None:
                     return None
-                total += float(container.duration / av.time_base)
+                total += clipped_seconds(float(container.duration / av.time_base), clips)
         except (av.FFmpegError, OSError, ValueError):
             return None
     return total
