@@ -98,12 +98,13 @@ Undo = tuple[int, list[tuple[int, int]], list[tuple[int, int]]]  # item, min off
 
 
 class _Frame:
-    """One level of the search: the candidates for the next item, the one being tried."""
+    """One level of the search: the candidates for the next item, the one being tried, and
+    where they were listed for (a variant's `spot`, what its tries need)."""
 
-    __slots__ = ("cands", "i", "undo", "hatless")
+    __slots__ = ("cands", "spot", "i", "undo", "hatless")
 
-    def __init__(self, cands: list[int]) -> None:
-        self.cands = cands
+    def __init__(self, cands: list[int], spot: tuple[int, ...]) -> None:
+        self.cands, self.spot = cands, spot
         self.i = 0
         self.undo: Undo | None = None
         self.hatless = False
@@ -132,12 +133,13 @@ class _Search:
         self.floor = [0] * p.n_sections
         self.left = list(p.load)
         self.placed = 0
+        self.spot: tuple[int, ...] = ()  # set by variants as they list candidates
 
     def run(self, max_nodes: int, deadline: float) -> Outcome:
         nodes = 0
         if max(self.left, default=0) > self.cap:
             return self._outcome(Status.INFEASIBLE, nodes)
-        stack = [_Frame(self._first())]
+        stack = [_Frame(self._first(), self.spot)]
         while stack:
             fr = stack[-1]
             if fr.undo is not None:  # back from the subtree under fr's last try: it failed
@@ -154,20 +156,20 @@ class _Search:
             nodes += 1
             if nodes > max_nodes or (nodes & 255 == 0 and time.perf_counter() > deadline):
                 return self._outcome(Status.ABORTED, nodes - 1)
-            fr.undo, fr.hatless, ok = self._step(k)
+            fr.undo, fr.hatless, ok = self._step(k, fr.spot)
             if not ok:
                 continue
             if self.placed == len(self.p.items):
                 return self._outcome(Status.FOUND, nodes)
             cands = self._next(k)
             if cands:
-                stack.append(_Frame(cands))
+                stack.append(_Frame(cands, self.spot))
         return self._outcome(Status.INFEASIBLE, nodes)
 
     def _first(self) -> list[int]:
         return self._candidates(0, -1)
 
-    def _step(self, k: int) -> tuple[Undo, bool, bool]:
+    def _step(self, k: int, spot: tuple[int, ...]) -> tuple[Undo, bool, bool]:
         return self._place(k, self.min_off[k])
 
     def _next(self, k: int) -> list[int]:
@@ -319,10 +321,10 @@ class _Skyline(_Search):
     def _next(self, k: int) -> list[int]:
         return self._fill()
 
-    def _step(self, k: int) -> tuple[Undo, bool, bool]:
-        self._locate()  # the state is back to what it was when this try was listed
+    def _step(self, k: int, spot: tuple[int, ...]) -> tuple[Undo, bool, bool]:
+        self.spot = spot  # where this try was listed: the state is back to what it was then
         if k >= 0:
-            return self._place(k, self.spot[1])
+            return self._place(k, spot[1])
         undo = self._skip()
         return undo, False, all(self.floor[s] + self.left[s] <= self.cap for s, _ in undo[2])
 

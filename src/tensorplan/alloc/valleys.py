@@ -24,23 +24,11 @@ stretch up loses packings and "infeasible" means only that this tree had none.
 from __future__ import annotations
 
 import random
-import time
 
 from tensorplan.alloc.search import Outcome, Problem, Status, Undo, _Search
 
 # (first section, stop section, floor, side: 1 left corner, -1 right corner, 0 open valley)
 Spot = tuple[int, int, int, int]
-
-
-class _Frame:
-    """One level: the corner branched on, its candidates, the one being tried."""
-
-    __slots__ = ("spot", "cands", "i", "undo")
-
-    def __init__(self, spot: Spot, cands: list[int]) -> None:
-        self.spot, self.cands = spot, cands
-        self.i = 0
-        self.undo: Undo | None = None
 
 
 class Valleys(_Search):
@@ -65,38 +53,19 @@ class Valleys(_Search):
         for k in p.items:
             self.tie[k] = rng.random() if seed else float(self.try_key[k])
 
-    def run(self, max_nodes: int, deadline: float) -> Outcome:
-        nodes = 0
-        if max(self.left, default=0) > self.cap:
-            return self._outcome(Status.INFEASIBLE, nodes)
-        spot, cands = self._choose()
-        stack = [_Frame(spot, cands)] if cands else []
-        while stack:
-            fr = stack[-1]
-            if fr.undo is not None:  # back from the subtree under fr's last try: it failed
-                self._restore(fr.undo)
-                fr.undo = None
-            if fr.i == len(fr.cands):
-                stack.pop()
-                continue
-            k = fr.cands[fr.i]
-            fr.i += 1
-            nodes += 1
-            if nodes > max_nodes or (nodes & 255 == 0 and time.perf_counter() > deadline):
-                return self._outcome(Status.ABORTED, nodes - 1)
-            if k >= 0:
-                fr.undo, _, ok = self._place(k, fr.spot[2])
-            else:
-                fr.undo = self._give_up(fr.spot)
-                ok = all(self.floor[s] + self.left[s] <= self.cap for s, _ in fr.undo[2])
-            if not ok:
-                continue
-            if self.placed == len(self.p.items):
-                return self._outcome(Status.FOUND, nodes)
-            spot, cands = self._choose()
-            if cands:
-                stack.append(_Frame(spot, cands))
-        return self._outcome(Status.INFEASIBLE, nodes)
+    def _first(self) -> list[int]:
+        return self._next(-1)
+
+    def _next(self, k: int) -> list[int]:
+        self.spot, cands = self._choose()
+        return cands or []  # None, a dead end: no try here
+
+    def _step(self, k: int, spot: tuple[int, ...]) -> tuple[Undo, bool, bool]:
+        if k >= 0:
+            undo, _, ok = self._place(k, spot[2])
+            return undo, False, ok  # no hatless pruning: its argument assumes rising offsets
+        undo = self._give_up(spot)
+        return undo, False, all(self.floor[s] + self.left[s] <= self.cap for s, _ in undo[2])
 
     def _choose(self) -> tuple[Spot, list[int] | None]:
         """The corner to branch on and its candidates in value order; None: a dead end."""
@@ -172,7 +141,7 @@ class Valleys(_Search):
 
         return sorted(cands, key=key)
 
-    def _give_up(self, spot: Spot) -> Undo:
+    def _give_up(self, spot: tuple[int, ...]) -> Undo:
         """Raise the open valley (side 0), or only its corner's section, to the lower
         higher neighbour (or by the smallest item there)."""
         a, b, f, side = spot
