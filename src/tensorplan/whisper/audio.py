@@ -266,28 +266,37 @@ def _wav_truncated(file: IO[bytes]) -> str | None:
 
     ffmpeg silently clamps such a chunk to the bytes present, so decoding alone cannot tell.
     """
-    if not file.seekable():
-        return None
-    size = file.seek(0, io.SEEK_END)
-    file.seek(0)
-    header = file.read(12)
-    if len(header) < 12 or header[:4] != b"RIFF" or header[8:] != b"WAVE":
-        file.seek(0)
-        return None
-    pos, problem = 12, None
-    for _ in range(_MAX_WAV_CHUNKS):
-        if pos + 8 > size:
-            break
-        file.seek(pos)
-        chunk_id, chunk_size = struct.unpack("<4sI", file.read(8))
+    problem = None
+    for pos, chunk_id, chunk_size, size in _riff_chunks(file):
         if chunk_id == b"data":
             # streaming writers leave 0 or 0xFFFFFFFF when the length is unknown
             if 0 < chunk_size < 0xFFFFFFFF and pos + 8 + chunk_size > size:
                 problem = f"data chunk declares {chunk_size} bytes, {size - pos - 8} present"
             break
-        pos += 8 + chunk_size + (chunk_size & 1)  # chunks are padded to even sizes
-    file.seek(0)
+    if file.seekable():
+        file.seek(0)
     return problem
+
+
+def _riff_chunks(file: IO[bytes]) -> Iterator[tuple[int, bytes, int, int]]:
+    """(position, id, declared size, file size) of each chunk header of a seekable
+    RIFF/WAVE file, the first _MAX_WAV_CHUNKS at most; nothing for anything else. The file
+    stands at the chunk's payload as each is yielded; callers seek back to 0 after."""
+    if not file.seekable():
+        return
+    size = file.seek(0, io.SEEK_END)
+    file.seek(0)
+    header = file.read(12)
+    if len(header) < 12 or header[:4] != b"RIFF" or header[8:] != b"WAVE":
+        return
+    pos = 12
+    for _ in range(_MAX_WAV_CHUNKS):
+        if pos + 8 > size:
+            return
+        file.seek(pos)
+        chunk_id, chunk_size = struct.unpack("<4sI", file.read(8))
+        yield pos, chunk_id, chunk_size, size
+        pos += 8 + chunk_size + (chunk_size & 1)  # chunks are padded to even sizes
 
 
 def _decoder(file: IO[bytes], name: str, sr: int, stream: int | None) -> _Decoder | _WavDecoder:
@@ -314,29 +323,18 @@ def _pcm16_wav(file: IO[bytes], sr: int) -> tuple[int, int] | None:
     """(byte offset, samples) of the data of a RIFF/WAVE file of 16-bit mono PCM at `sr` Hz
     whose data chunk lies whole in the file; None for anything else (other formats, rates or
     layouts, a streaming writer's unknown length, a truncated or odd-sized chunk)."""
-    if not file.seekable():
-        return None
-    size = file.seek(0, io.SEEK_END)
-    file.seek(0)
-    header = file.read(12)
-    found = None
-    if len(header) == 12 and header[:4] == b"RIFF" and header[8:] == b"WAVE":
-        pos, plain = 12, False
-        for _ in range(_MAX_WAV_CHUNKS):
-            if pos + 8 > size:
-                break
-            file.seek(pos)
-            chunk_id, chunk_size = struct.unpack("<4sI", file.read(8))
-            if chunk_id == b"fmt " and chunk_size >= 16 and pos + 24 <= size:
-                tag, channels, rate, _, align, bits = struct.unpack("<HHIIHH", file.read(16))
-                plain = (tag, channels, rate, align, bits) == (1, 1, sr, 2, 16)
-            elif chunk_id == b"data":
-                if plain and 0 < chunk_size < 0xFFFFFFFF and chunk_size % 2 == 0 \
-                        and pos + 8 + chunk_size <= size:
-                    found = (pos + 8, chunk_size // 2)
-                break
-            pos += 8 + chunk_size + (chunk_size & 1)  # chunks are padded to even sizes
-    file.seek(0)
+    found, plain = None, False
+    for pos, chunk_id, chunk_size, size in _riff_chunks(file):
+        if chunk_id == b"fmt " and chunk_size >= 16 and pos + 24 <= size:
+            tag, channels, rate, _, align, bits = struct.unpack("<HHIIHH", file.read(16))
+            plain = (tag, channels, rate, align, bits) == (1, 1, sr, 2, 16)
+        elif chunk_id == b"data":
+            if plain and 0 < chunk_size < 0xFFFFFFFF and chunk_size % 2 == 0 \
+                    and pos + 8 + chunk_size <= size:
+                found = (pos + 8, chunk_size // 2)
+            break
+    if file.seekable():
+        file.seek(0)
     return found
 
 
