@@ -1,8 +1,9 @@
 """From a heuristic packing to a better one, and where the search can, a proven optimum.
 
 A bisection on the capacity between what is known not to fit and the best packing found:
-each capacity is first tried with the quick skyline search (restarted with varied try
-orders), then with the complete canonical search, whose "infeasible" is a proof. The lower
+each capacity is first tried with the fail-first valley search and then the quick skyline
+search (both restarted with varied try orders), then with the complete canonical search,
+whose "infeasible" is a proof. The lower
 bound (peak live bytes) is tried first: a packing there is optimal by definition.
 
 Work is counted in search nodes and the result depends only on the input and `max_nodes`;
@@ -83,8 +84,8 @@ def improve(
 
 
 def _attempt(p: Problem, cap: int, nodes: int, budget: _Budget, stop: float) -> Outcome:
-    """Does a packing fit in `cap`? Skyline restarts first, then the complete search; both
-    give up at `stop` (perf_counter seconds)."""
+    """Does a packing fit in `cap`? Valley restarts, then skyline restarts, then the
+    complete search; all give up at `stop` (perf_counter seconds)."""
     quick = nodes - nodes // PROOF_SHARE
     out = _valley_restarts(p, cap, quick // 2, budget, stop)
     quick -= out.nodes
@@ -110,21 +111,23 @@ def _attempt(p: Problem, cap: int, nodes: int, budget: _Budget, stop: float) -> 
 
 
 def _valley_restarts(p: Problem, cap: int, nodes: int, budget: _Budget, stop: float) -> Outcome:
-    """The fail-first valley search, restarted with jittered value orders, alternately
+    """The fail-first valley search, restarted with seeded tie orders, alternately
     branching only on corners that must be filled and on every corner (with giving its
-    section up as the last try where bytes are spare); the outcome carries the nodes it
-    spent in all."""
+    section up as the last try where bytes are spare); where no section is tight, every
+    corner always. The outcome carries the nodes it spent in all."""
     limit = max(VALLEY_NODES * len(p.items), 64)
     order = p.preorder("total")
+    none_tight = max(p.load, default=0) < cap
     spent, seed = 0, 0
     out = Outcome(Status.ABORTED, None, 0, 0)
     while spent < nodes:
-        every_corner = seed % 2 == 1 or max(p.load, default=0) < cap
+        every_corner = none_tight or seed % 2 == 1
         out = find(p, cap, min(limit, nodes - spent), stop, order, seed // 2, every_corner)
         spent += out.nodes
         budget.spent += out.nodes
         seed += 1
-        if out.status is Status.FOUND or time.perf_counter() > stop:
+        # a tree that had no try at its root would cost no node: restarting cannot help
+        if out.status is Status.FOUND or out.nodes == 0 or time.perf_counter() > stop:
             break
     return Outcome(out.status, out.offsets, out.height, spent)
 
