@@ -252,6 +252,8 @@ def test_in_order_analysis_equals_the_general_one(case: Case, data: st.DataObjec
     general = lv._Analysis(graph, None, lv.op_allows_inplace, True).run(specs, in_order=False)
     assert _columns(fast) == _columns(general)
     nodes = list(graph.nodes)
+    if not nodes:
+        return  # no node to list twice or rotate: the first comparison is the whole check
     i = data.draw(st.integers(0, len(nodes) - 1))
     for odd in (Graph(nodes + [nodes[i]], graph.leafs, graph.outputs),
                 Graph(nodes[i:] + nodes[:i], graph.leafs, graph.outputs)):
