@@ -135,6 +135,28 @@ def test_chunked_frames_equal_the_whole_spectrogram(
     np.testing.assert_array_equal(unpadded.frames(0, 1100), log_mel_spectrogram(jfk))
 
 
+@pytest.mark.parametrize("padding", [0, 200, 201, 1000, N_SAMPLES])
+@pytest.mark.parametrize("n_samples", [0, 150, 16000, 16123, 16000 * 7 + 77])
+def test_padding_frames_are_filled_bit_for_bit(
+    monkeypatch: pytest.MonkeyPatch, n_samples: int, padding: int
+) -> None:
+    """Frames that see only padding zeros are filled, not transformed: equal bit for bit to
+    transforming them, at every chunk boundary and whatever the padding's length."""
+    x = np.random.default_rng(n_samples).uniform(-0.5, 0.5, n_samples).astype(np.float32)
+    monkeypatch.setattr(audio, "CHUNK_FRAMES", 97)  # silent starts inside and at chunk edges
+    for keep in (16 << 20, 0):
+        monkeypatch.setattr(audio, "KEEP_MEL_BYTES", keep)
+        filled = MelFrames(x, padding=padding)
+        with monkeypatch.context() as m:
+            m.setattr(MelFrames, "_first_silent_frame", lambda self: self.n_total)
+            computed = MelFrames(x, padding=padding)
+            want = computed.frames(0, computed.n_total)
+        assert filled.max_log == computed.max_log
+        np.testing.assert_array_equal(filled.frames(0, filled.n_total), want)
+    if padding >= 1000:
+        assert filled._first_silent_frame() < filled.n_total  # the fill did run
+
+
 @pytest.mark.parametrize("n_mels", [80, 128])
 def test_mel_product_is_scipys_sparse_product_bit_for_bit(n_mels: int) -> None:
     # the taps sum each mel's terms in the order a CSR matrix-vector product does

@@ -51,6 +51,7 @@ DYNAMIC_RANGE = 8.0  # log10 units kept below the global maximum (80 dB)
 CHUNK_FRAMES = 2000  # frames per STFT batch: bounds temporaries to ~20 MB
 KEEP_MEL_BYTES = 16 << 20  # MelFrames keeps a recording's frames up to this (~8 min, 80 mels)
 _PAD = N_FFT // 2  # reflect padding each side (torch.stft center=True)
+_SILENT_LOG10 = np.float32(np.log10(LOG_FLOOR))  # a frame of zeros, after the clamp
 _FLOAT_FORMATS = ("flt", "fltp", "dbl", "dblp")
 _MAX_WAV_CHUNKS = 64  # header chunks looked at before "data"; real files have a handful
 _INITIAL_SECONDS_CAP = 4 * 3600  # reserve (virtual memory only) at most this much up front
@@ -584,10 +585,10 @@ class MelFrames:
         # pass 1: the global maximum the normalization needs; short audio keeps its frames
         keep = self.n_total * n_mels * 4 <= KEEP_MEL_BYTES
         self._kept = np.empty((n_mels, self.n_total), np.float32) if keep else None
-        peak = np.float32(np.log10(LOG_FLOOR))
+        peak = _SILENT_LOG10
         for start in range(0, self.n_total, CHUNK_FRAMES):
             stop = min(start + CHUNK_FRAMES, self.n_total)
-            chunk = _log10_mel(self.audio, padding, start, stop, n_mels)
+            chunk = self._log10_mel(start, stop)
             peak = max(peak, chunk.max())
             if self._kept is not None:
                 self._kept[:, start:stop] = chunk
@@ -602,8 +603,29 @@ class MelFrames:
             return _normalize(self._kept[:, start:stop], self.max_log, out=out)
         for a in range(start, stop, CHUNK_FRAMES):
             b = min(a + CHUNK_FRAMES, stop)
-            out[:, a - start : b - start] = _log10_mel(self.audio, self.padding, a, b, self.n_mels)
+            out[:, a - start : b - start] = self._log10_mel(a, b)
         return _normalize(out, self.max_log, out=out)
+
+    def _log10_mel(self, start: int, stop: int) -> np.ndarray:
+        """_log10_mel of frames [start, stop), the frames that see only the padding's zeros
+        filled in: their power is exactly 0, so each is log10(LOG_FLOOR), bit for bit what
+        the transform gives (30 s of padding is 3000 of jfk.wav's 4100 frames)."""
+        silent = self._first_silent_frame()
+        if stop <= silent:
+            return _log10_mel(self.audio, self.padding, start, stop, self.n_mels)
+        out = np.full((self.n_mels, stop - start), _SILENT_LOG10, np.float32)
+        if start < silent:
+            out[:, : silent - start] = _log10_mel(self.audio, self.padding, start, silent,
+                                                  self.n_mels)
+        return out
+
+    def _first_silent_frame(self) -> int:
+        """The first frame whose window holds only padding zeros: past the audio by the
+        window's half (its reflect padding), and with the far end's reflection also in the
+        zeros (padding beyond that half); else none (n_total)."""
+        if self.padding <= _PAD:
+            return self.n_total
+        return min(self.n_total, -(-(self.audio.size + _PAD) // HOP_LENGTH))
 
     def window(self, seek: int, n: int = N_FRAMES) -> np.ndarray:
         """Frames [seek, seek + n) as (n_mels, n); frames past the end are 0.0 (the
