@@ -623,9 +623,10 @@ class MelFrames:
         """The first frame whose window holds only padding zeros: past the audio by the
         window's half (its reflect padding), and with the far end's reflection also in the
         zeros (padding beyond that half); else none (n_total)."""
+        n_total: int = self.n_total
         if self.padding <= _PAD:
-            return self.n_total
-        return min(self.n_total, -(-(self.audio.size + _PAD) // HOP_LENGTH))
+            return n_total
+        return min(n_total, -(-(int(self.audio.size) + _PAD) // HOP_LENGTH))
 
     def window(self, seek: int, n: int = N_FRAMES) -> np.ndarray:
         """Frames [seek, seek + n) as (n_mels, n); frames past the end are 0.0 (the
