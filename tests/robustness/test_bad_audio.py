@@ -69,6 +69,9 @@ BROKEN: dict[str, tuple[Callable[[Path], Path], str, bool]] = {
     "1 Hz sample rate (would expand 16000x)": (
         _file("slow.wav", lambda: wav(np.zeros(4000, "<i2"), rate=1)), "sample rate 1 Hz",
         False),
+    "1.66 GHz sample rate (libswresample: 12 s, 1.8 GB)": (
+        _file("fast.wav", lambda: wav(pcm16(tone(0.1)), rate=1_660_960_384)),
+        "sample rate 1660960384 Hz is beyond", False),
     "zero channels": (_file("nochan.wav", lambda: wav(pcm16(tone(0.5)), channels=0)),
                       "corrupt or truncated", False),
 }

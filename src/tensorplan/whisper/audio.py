@@ -56,6 +56,9 @@ _FLOAT_FORMATS = ("flt", "fltp", "dbl", "dblp")
 _MAX_WAV_CHUNKS = 64  # header chunks looked at before "data"; real files have a handful
 _INITIAL_SECONDS_CAP = 4 * 3600  # reserve (virtual memory only) at most this much up front
 MIN_SOURCE_RATE = 1000  # Hz; below this a tiny header would expand into hours at 16 kHz
+# Hz; the highest rate real recordings use (768 kHz PCM). A header claiming more (a fuzzed
+# WAV said 1.66 GHz) made libswresample spend 12 s and 1.8 GB building its filter.
+MAX_SOURCE_RATE = 768_000
 
 
 # --- decoding --------------------------------------------------------------------------------
@@ -403,6 +406,9 @@ class _Decoder:
                 if frame.sample_rate < MIN_SOURCE_RATE:
                     raise AudioError(f"{name}: sample rate {frame.sample_rate} Hz is too low "
                                      f"for speech (at least {MIN_SOURCE_RATE} Hz)")
+                if frame.sample_rate > MAX_SOURCE_RATE:
+                    raise AudioError(f"{name}: sample rate {frame.sample_rate} Hz is beyond "
+                                     f"any audio format's (at most {MAX_SOURCE_RATE} Hz)")
                 if frame.format.name in _FLOAT_FORMATS:
                     _check_finite(frame, name)
                 if len(frame.layout.channels) > _MAX_SWR_CHANNELS:
