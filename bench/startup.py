@@ -67,10 +67,17 @@ def timed_load(*a, **k):
     m.transcribe = transcribe
     return m
 api.load = timed_load
-rc = tensorplan.cli.main(sys.argv[1:])
-marks["done"] = time.time()
-open(os.environ["BENCH_MARKS"], "w").write(json.dumps(marks))
-sys.exit(rc)
+main = tensorplan.cli.main
+def timed_main(argv=None):
+    rc = main(argv)
+    marks["done"] = time.time()
+    open(os.environ["BENCH_MARKS"], "w").write(json.dumps(marks))
+    return rc
+tensorplan.cli.main = timed_main
+entry = getattr(tensorplan.cli, "entry", None)  # the program's own exit (older trees: none)
+if entry is not None:
+    entry()
+sys.exit(timed_main())
 """
 
 _FW = """

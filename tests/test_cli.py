@@ -4,7 +4,10 @@ anywhere, the help's order, and one-line errors for what is not there (devices, 
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -78,6 +81,30 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert e.value.code == 0
     assert capsys.readouterr().out.strip() == f"tensorplan {cli.version()}"
     assert cli.version()[0].isdigit()
+
+
+def test_the_program_exits_with_mains_code_and_freezes_only_then(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """entry() (the `tensorplan` script, `python -m tensorplan`) exits with main's code; the
+    freeze that spares the shutdown collection comes after main, never in main."""
+    frozen_during_main = []
+    monkeypatch.setattr(cli, "main", lambda: frozen_during_main.append(gc.get_freeze_count())
+                        or 3)
+    try:
+        with pytest.raises(SystemExit) as e:
+            cli.entry()
+        assert e.value.code == 3
+        assert frozen_during_main == [0] and gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()  # this test process goes on collecting
+
+
+def test_python_m_tensorplan_runs_the_program() -> None:
+    run = subprocess.run([sys.executable, "-m", "tensorplan", "pack", "missing.csv", "--out",
+                          "o.csv"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+    assert "missing.csv" in run.stderr
 
 
 @pytest.mark.parametrize("argv", [

@@ -1,5 +1,3 @@
-import sys
+from tensorplan.cli import entry
 
-from tensorplan.cli import main
-
-sys.exit(main())
+entry()

@@ -11,6 +11,7 @@ openai-whisper's spellings work too (`openai_spellings`): `--output_dir` for eve
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import logging
 import os
@@ -18,7 +19,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from tensorplan.errors import Terminated, UserError, one_line
 
@@ -130,6 +131,19 @@ def _switch(name: str, action: argparse.Action | None, on: bool) -> list[str]:
     if isinstance(action, argparse.BooleanOptionalAction):
         return ["--no-" + name[2:]]
     return []  # a store_true flag set to False: as if absent
+
+
+def entry() -> NoReturn:
+    """The `tensorplan` program (and `python -m tensorplan`): main(), then exit.
+
+    The objects still alive are frozen first, out of the reach of the garbage collection
+    the interpreter runs as it shuts down: that collection walked every graph, plan and
+    tokenizer table for nothing, 82 ms of jfk.wav's exit against 24 ms frozen (median of
+    8). atexit handlers and refcount frees still run; only cycles go uncollected, and the
+    process is ending. In-process callers use main(), which freezes nothing."""
+    code = main()
+    gc.freeze()
+    sys.exit(code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
