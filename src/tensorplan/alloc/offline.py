@@ -13,8 +13,9 @@ interval touches, and a query counts each item once, at the first bucket both sh
 
 When the best pass misses the bound, a search (improve.py) takes over from it: at most
 `max_nodes` nodes and `budget_s` seconds of wall clock. `exact` (max_nodes=None) first runs
-that same search with DEFAULT_MAX_NODES, so it is never worse than `offline`, then goes on
-with no node limit, the rest of its time shared out between capacities.
+that same search with DEFAULT_MAX_NODES, so it is never worse than `offline`, then spends
+the rest of its time in CP-SAT where OR-Tools is installed (cpsat.py), else in the same
+search with no node limit, its time shared out between capacities.
 
 Determinism: the greedy passes are bought through a fixed cost model (work units counted
 by the first pass) and the search counts nodes, so with the default budget (which the node
@@ -32,7 +33,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
-from tensorplan.alloc.improve import improve
+from tensorplan.alloc.improve import Improved, improve
 from tensorplan.alloc.plan import UNLIMITED, PlanError
 
 DEFAULT_BUDGET_S = 10.0  # a wall-clock stop for the search; the node limit comes first
@@ -339,9 +340,25 @@ def solve(
     else:  # exact: the default search first, so never worse than offline, then the clock
         found = improve(lo, hi, size, start, bound, DEFAULT_MAX_NODES, deadline)
         if not found.proven and time.perf_counter() < deadline:
-            start = (found.offsets, found.height)
-            found = improve(lo, hi, size, start, bound, UNLIMITED_NODES, deadline, True)
+            found = _exact_rest(lo, hi, size, found, bound, deadline)
     return Packed(found.offsets, best.chunks, [found.height], found.proven)
+
+
+def _exact_rest(lo: list[int], hi: list[int], size: list[int], found: Improved, bound: int,
+                deadline: float) -> Improved:
+    """exact's time after the default search: CP-SAT where OR-Tools is installed (it
+    proves packings at the bound that the own search does not, and improves others:
+    cpsat.py has the numbers), else the own search with no node limit."""
+    from tensorplan.alloc import cpsat
+
+    if cpsat.available():
+        solved = cpsat.improve(lo, hi, size, found.offsets, found.height, bound,
+                               deadline - time.perf_counter())
+        if solved.height < found.height or solved.proven:
+            return Improved(solved.offsets, solved.height, solved.proven, found.nodes)
+        return found
+    start = (found.offsets, found.height)
+    return improve(lo, hi, size, start, bound, UNLIMITED_NODES, deadline, True)
 
 
 def node_limit(strategy: str, max_nodes: int | None) -> int | None:
