@@ -291,7 +291,13 @@ def test_planned_run_equals_reference(
             if exact:
                 assert got.tobytes() == want[t].tobytes(), f"{t!r} differs (run {run})"
             else:
-                np.testing.assert_allclose(got, want[t], rtol=1e-4, atol=1e-5, err_msg=repr(t))
+                # rounding differences measured against the tensor's scale: an element left
+                # small by cancellation (then scaled up by a norm over two elements) differs
+                # in relative terms by more than rounding alone, an aliasing bug by O(1)
+                finite = want[t][np.isfinite(want[t])]
+                scale = float(np.abs(finite).max(initial=0.0))
+                np.testing.assert_allclose(got, want[t], rtol=0, atol=1e-5 + 1e-4 * scale,
+                                           err_msg=repr(t))
         assert _bytes(builder.ext) == external, "external bytes changed"
         for before, after in zip(params, builder.params, strict=True):
             assert before.tobytes() == after.tobytes(), "a weight changed"
