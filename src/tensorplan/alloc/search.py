@@ -150,6 +150,7 @@ class _Search:
                     continue
             if fr.i == len(fr.cands):
                 stack.pop()
+                self._exhausted()
                 continue
             k = fr.cands[fr.i]
             fr.i += 1
@@ -161,13 +162,25 @@ class _Search:
                 continue
             if self.placed == len(self.p.items):
                 return self._outcome(Status.FOUND, nodes)
+            if self._known_dead():
+                continue
             cands = self._next(k)
             if cands:
                 stack.append(_Frame(cands, self.spot))
+            else:
+                self._exhausted()
         return self._outcome(Status.INFEASIBLE, nodes)
 
     def _first(self) -> list[int]:
         return self._candidates(0, -1)
+
+    def _exhausted(self) -> None:
+        """Called where the subtree under the current state was searched through in vain
+        (a variant may remember the state)."""
+
+    def _known_dead(self) -> bool:
+        """Whether the current state was already searched through in vain."""
+        return False
 
     def _step(self, k: int, spot: tuple[int, ...]) -> tuple[Undo, bool, bool]:
         return self._place(k, self.min_off[k])

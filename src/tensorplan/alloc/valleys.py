@@ -29,6 +29,7 @@ from tensorplan.alloc.search import Outcome, Problem, Status, Undo, _Search
 
 # (first section, stop section, floor, side: 1 left corner, -1 right corner, 0 open valley)
 Spot = tuple[int, int, int, int]
+MAX_DEAD = 1 << 20  # dead states remembered (hashes, ~100 B each) before the table is reset
 
 
 class Valleys(_Search):
@@ -37,10 +38,18 @@ class Valleys(_Search):
     MONOTONE = False  # valleys are filled in any order
 
     def __init__(
-        self, p: Problem, capacity: int, order: list[int], seed: int = 0, every_corner: bool = False
+        self,
+        p: Problem,
+        capacity: int,
+        order: list[int],
+        seed: int = 0,
+        every_corner: bool = False,
+        dead: set[int] | None = None,
     ) -> None:
         super().__init__(p, capacity, order)
         self.every_corner = every_corner
+        self.dead: set[int] = set() if dead is None else dead
+        self.placed_mask = 0  # bit k: item k is placed
         n_sec = p.n_sections
         self.starts: list[list[int]] = [[] for _ in range(n_sec + 1)]
         self.ends: list[list[int]] = [[] for _ in range(n_sec + 1)]
@@ -55,6 +64,29 @@ class Valleys(_Search):
 
     def _first(self) -> list[int]:
         return self._next(-1)
+
+    def _state_key(self) -> int:
+        """What decides the rest of the search: the items placed and the skyline (the
+        candidates, their order and every check depend on nothing else that matters; the
+        offsets inside a column only feed min offsets, which prune, never add, tries)."""
+        return hash((self.placed_mask, tuple(self.floor)))
+
+    def _exhausted(self) -> None:
+        if len(self.dead) >= MAX_DEAD:
+            self.dead.clear()  # a bound on memory; forgetting only costs nodes
+        self.dead.add(self._state_key())
+
+    def _known_dead(self) -> bool:
+        return self._state_key() in self.dead
+
+    def _place(self, k: int, o: int) -> tuple[Undo, bool, bool]:
+        self.placed_mask ^= 1 << k
+        return super()._place(k, o)
+
+    def _restore(self, undo: Undo) -> None:
+        if undo[0] >= 0:
+            self.placed_mask ^= 1 << undo[0]
+        super()._restore(undo)
 
     def _next(self, k: int) -> list[int]:
         self.spot, cands = self._choose()
@@ -160,8 +192,11 @@ def find(
     order: list[int],
     seed: int = 0,
     every_corner: bool = False,
+    dead: set[int] | None = None,
 ) -> Outcome:
-    """One fail-first skyline search for a packing within `capacity`."""
+    """One fail-first skyline search for a packing within `capacity`. `dead` (shared by
+    the caller between searches of one capacity and mode) holds the states searched
+    through in vain; a restart skips them whatever its try order."""
     if not p.items:
         return Outcome(Status.FOUND, [0] * p.n, 0, 0)
-    return Valleys(p, capacity, order, seed, every_corner).run(max_nodes, deadline)
+    return Valleys(p, capacity, order, seed, every_corner, dead).run(max_nodes, deadline)
