@@ -143,3 +143,33 @@ def test_restarts_sharing_a_table_stay_complete_where_every_section_is_tight(see
                    restart % 2 == 1, dead)  # fmt: skip
         assert out.status is Status.FOUND and out.offsets is not None
         assert valid(lo, hi, size, out.offsets, cap)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.one_of(items(max_n=7), same_lifetime_items()), st.integers(0, 3), st.booleans(),
+       st.integers(0, 3))  # fmt: skip
+def test_the_check_by_min_offsets_changes_only_the_nodes(
+    case: Items, extra: int, every_corner: bool, seed: int
+) -> None:
+    # it prunes only subtrees with no packing, so the search meets the same packing first
+    lo, hi, size = case
+    p = Problem(lo, hi, size)
+    cap = load(lo, hi, size) + extra
+    order = p.preorder("total")
+    deadline = time.perf_counter() + 60
+    checked, plain = (Valleys(p, cap, order, seed, every_corner, None, e).run(10**5, deadline)
+                      for e in (True, False))  # fmt: skip
+    assert checked.status == plain.status
+    assert checked.offsets == plain.offsets and checked.nodes <= plain.nodes
+
+
+def test_the_check_by_min_offsets_prunes() -> None:
+    # a small case (found by a random search over small instances) where it cuts
+    # subtrees the plain checks enter: the same packing in fewer nodes
+    lo, hi, size = [3, 2, 0, 0, 3, 4], [5, 3, 2, 0, 3, 6], [2, 1, 5, 1, 1, 5]
+    p = Problem(lo, hi, size)
+    order = p.preorder("total")
+    checked, plain = (Valleys(p, 7, order, 0, True, None, e).run(10**4, time.perf_counter() + 60)
+                      for e in (True, False))  # fmt: skip
+    assert checked.status is plain.status is Status.FOUND
+    assert checked.offsets == plain.offsets and checked.nodes < plain.nodes

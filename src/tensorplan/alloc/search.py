@@ -133,6 +133,7 @@ class _Search:
         self.floor = [0] * p.n_sections
         self.left = list(p.load)
         self.placed = 0
+        self.energetic = False  # the check by min offsets below; off by default
         self.spot: tuple[int, ...] = ()  # set by variants as they list candidates
 
     def run(self, max_nodes: int, deadline: float) -> Outcome:
@@ -248,7 +249,32 @@ class _Search:
         if top > self.cap or (self.MONOTONE and o + max(left) > self.cap):
             return undo, hatless, False
         ok = self._raise_floors(raised, floors)
+        if ok and self.energetic and raised:
+            ok = self._energetic(raised)
         return undo, hatless, ok
+
+    def _energetic(self, raised: list[tuple[int, int]]) -> bool:
+        """An unplaced item goes at or above its min offset, so in every section the items
+        whose min offset is at least h must fit between h and the capacity. Checked where
+        a raised item now hangs above the section's floor."""
+        p, off, min_off, size, cap = self.p, self.off, self.min_off, self.p.size, self.cap
+        first, stop, floor, left = p.first, p.stop, self.floor, self.left
+        top = min_off[raised[0][0]]
+        sections = {
+            s for j, _ in raised for s in range(first[j], stop[j]) if floor[s] < top and left[s]
+        }
+        for s in sections:
+            f = floor[s]
+            above = [(min_off[j], size[j]) for j in p.members[s] if off[j] < 0 and min_off[j] > f]
+            if top + sum([z for _, z in above]) <= cap and all(h <= top for h, _ in above):
+                continue  # every threshold (at most top) passes: no need to sort
+            above.sort(reverse=True)
+            acc = 0
+            for h, z in above:
+                acc += z
+                if h + acc > cap:
+                    return False
+        return True
 
     def _raise_floors(self, raised: list[tuple[int, int]], floors: list[tuple[int, int]]) -> bool:
         """A section's bytes below its lowest unplaced min offset are lost: raise its floor

@@ -45,9 +45,11 @@ class Valleys(_Search):
         seed: int = 0,
         every_corner: bool = False,
         dead: set[int] | None = None,
+        energetic: bool = False,
     ) -> None:
         super().__init__(p, capacity, order)
         self.every_corner = every_corner
+        self.energetic = energetic
         self.dead: set[int] = set() if dead is None else dead
         self.placed_mask = 0  # bit k: item k is placed
         n_sec = p.n_sections
@@ -193,10 +195,13 @@ def find(
     seed: int = 0,
     every_corner: bool = False,
     dead: set[int] | None = None,
+    energetic: bool = False,
 ) -> Outcome:
     """One fail-first skyline search for a packing within `capacity`. `dead` (shared by
     the caller between searches of one capacity and mode) holds the states searched
-    through in vain; a restart skips them whatever its try order."""
+    through in vain; a restart skips them whatever its try order. `energetic` adds the
+    check by min offsets (search.py) at every placement that raises one."""
     if not p.items:
         return Outcome(Status.FOUND, [0] * p.n, 0, 0)
-    return Valleys(p, capacity, order, seed, every_corner, dead).run(max_nodes, deadline)
+    v = Valleys(p, capacity, order, seed, every_corner, dead, energetic)
+    return v.run(max_nodes, deadline)
