@@ -29,7 +29,7 @@ from tensorplan.alloc.search import Outcome, Problem, Status, Undo, _Search
 
 # (first section, stop section, floor, side: 1 left corner, -1 right corner, 0 open valley)
 Spot = tuple[int, int, int, int]
-MAX_DEAD = 1 << 20  # dead states remembered (hashes, ~100 B each) before the table is reset
+MAX_DEAD = 1 << 18  # dead states remembered (hashes, ~80 B each: ~20 MB) before a reset
 
 
 class Valleys(_Search):
