@@ -29,6 +29,7 @@ from tensorplan.alloc.search import Outcome, Problem, Status, Undo, _Search
 
 # (first section, stop section, floor, side: 1 left corner, -1 right corner, 0 open valley)
 Spot = tuple[int, int, int, int]
+ZOBRIST_SEED = 18  # fixed, so restarts sharing a table code the placed sets alike
 MAX_DEAD = 1 << 18  # dead states remembered (hashes, ~80 B each: ~20 MB) before a reset
 
 
@@ -51,7 +52,11 @@ class Valleys(_Search):
         self.every_corner = every_corner
         self.energetic = energetic
         self.dead: set[int] = set() if dead is None else dead
-        self.placed_mask = 0  # bit k: item k is placed
+        # the placed set as an XOR of fixed random 64-bit codes (one per item): an int's
+        # own hash is taken mod 2^61 - 1, so bit sets like {k, k + 61} and {k + 1} collide
+        codes = random.Random(ZOBRIST_SEED)
+        self.code = [codes.getrandbits(64) for _ in range(p.n)]
+        self.placed_code = 0
         n_sec = p.n_sections
         self.starts: list[list[int]] = [[] for _ in range(n_sec + 1)]
         self.ends: list[list[int]] = [[] for _ in range(n_sec + 1)]
@@ -71,7 +76,7 @@ class Valleys(_Search):
         """What decides the rest of the search: the items placed and the skyline (the
         candidates, their order and every check depend on nothing else that matters; the
         offsets inside a column only feed min offsets, which prune, never add, tries)."""
-        return hash((self.placed_mask, tuple(self.floor)))
+        return hash((self.placed_code, tuple(self.floor)))
 
     def _exhausted(self) -> None:
         if len(self.dead) >= MAX_DEAD:
@@ -82,12 +87,12 @@ class Valleys(_Search):
         return self._state_key() in self.dead
 
     def _place(self, k: int, o: int) -> tuple[Undo, bool, bool]:
-        self.placed_mask ^= 1 << k
+        self.placed_code ^= self.code[k]
         return super()._place(k, o)
 
     def _restore(self, undo: Undo) -> None:
         if undo[0] >= 0:
-            self.placed_mask ^= 1 << undo[0]
+            self.placed_code ^= self.code[undo[0]]
         super()._restore(undo)
 
     def _next(self, k: int) -> list[int]:
