@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from tensorplan.alloc import pack
 from tensorplan.alloc.offline import load, solve
-from tensorplan.alloc.search import Problem, Status, decide
+from tensorplan.alloc.search import Problem, Status, _Search, decide
 
 from .test_pack import cut_rectangle, no_overlap
 
@@ -114,3 +114,27 @@ def test_exact_is_never_worse_than_offline_on_cut_rectangles(seed: int) -> None:
     exact = pack(intervals, strategy="exact", budget_s=1)
     assert no_overlap(intervals, exact.offsets)
     assert exact.size <= offline.size
+
+
+class _Walks(_Search):
+    """The search, checking the sweep for touched sections against the plain walk over
+    every raised item's lifetime."""
+
+    def _touched(self, k: int, raised: list[tuple[int, int]], top: int) -> list[int]:
+        swept = super()._touched(k, raised, top)
+        p, floor = self.p, self.floor
+        walked = {
+            s for j, old in raised for s in range(p.first[j], p.stop[j]) if old <= floor[s] < top
+        }
+        assert sorted(swept) == sorted(walked)
+        return swept
+
+
+@settings(max_examples=60, deadline=None)
+@given(items(max_n=30, max_t=20), st.integers(0, 4))
+def test_touched_sections_by_sweep_are_those_of_the_walk(case: Items, extra: int) -> None:
+    lo, hi, size = case
+    p = Problem(lo, hi, size)
+    if p.items:  # the search needs one item of nonzero size (decide returns before it)
+        cap = load(lo, hi, size) + extra
+        _Walks(p, cap, p.preorder("total")).run(3000, time.perf_counter() + 60)

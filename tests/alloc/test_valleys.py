@@ -1,5 +1,7 @@
 """The fail-first valley search: what it finds is valid, it is deterministic, and where
-every section is tight (branching only on corners that must be filled) it is complete."""
+every section is tight (branching only on corners that must be filled) it is complete.
+Its table of dead states and its check by min offsets change only the nodes it spends,
+never the packing it finds, also across restarts that share the table."""
 
 from __future__ import annotations
 
@@ -9,9 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tensorplan.alloc import valleys
 from tensorplan.alloc.offline import load
 from tensorplan.alloc.search import Problem, Status
-from tensorplan.alloc.valleys import find
+from tensorplan.alloc.valleys import Valleys, find
 
 from .test_pack import cut_rectangle
 from .test_search import Items, brute_force, items, valid
@@ -72,3 +75,117 @@ def test_a_section_too_full_is_infeasible_at_once() -> None:
     p = Problem([0, 0], [1, 1], [3, 4])
     out = find(p, 6, 10, time.perf_counter() + 60, p.preorder("total"))
     assert out.status is Status.INFEASIBLE and out.nodes == 0
+
+
+class _NoTable(Valleys):
+    """The same search without the table of dead states."""
+
+    def _known_dead(self) -> bool:
+        return False
+
+
+@st.composite
+def same_lifetime_items(draw: st.DrawFn, max_n: int = 7) -> Items:
+    """Few distinct lifetimes, several items on each: many of them live over exactly one
+    section (the stacks the table's transpositions come from)."""
+    lifetimes = [(0, 1), (2, 2), (0, 2), (3, 3), (1, 3)][: draw(st.integers(1, 5))]
+    n = draw(st.integers(1, max_n))
+    picked = [lifetimes[draw(st.integers(0, len(lifetimes) - 1))] for _ in range(n)]
+    size = [draw(st.integers(1, 6)) for _ in range(n)]
+    return [lo for lo, _ in picked], [hi for _, hi in picked], size
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.one_of(items(max_n=7), same_lifetime_items()), st.integers(0, 3), st.booleans(),
+       st.integers(0, 3))  # fmt: skip
+def test_the_dead_table_changes_only_the_nodes(
+    case: Items, extra: int, every_corner: bool, seed: int
+) -> None:
+    # the table skips only subtrees searched through in vain, in the same order: the same
+    # answer, the same packing, never more nodes
+    lo, hi, size = case
+    p = Problem(lo, hi, size)
+    cap = load(lo, hi, size) + extra
+    order = p.preorder("total")
+    deadline = time.perf_counter() + 60
+    runs = [kind(p, cap, order, seed, every_corner).run(10**5, deadline)
+            for kind in (Valleys, _NoTable)]  # fmt: skip
+    with_table, without = runs
+    assert with_table.status == without.status
+    assert with_table.offsets == without.offsets and with_table.nodes <= without.nodes
+
+
+@settings(max_examples=100, deadline=None)
+@given(same_lifetime_items(), st.integers(0, 3))
+def test_restarts_sharing_a_table_find_nothing_below_the_optimum(case: Items, extra: int) -> None:
+    lo, hi, size = case
+    best = brute_force(lo, hi, size)
+    p = Problem(lo, hi, size)
+    deadline = time.perf_counter() + 60
+    for cap in (best + extra, best - 1):
+        dead: set[int] = set()
+        for seed in range(3):
+            out = find(p, cap, 10**5, deadline, p.preorder("total"), seed, True, dead)
+            if out.status is Status.FOUND:
+                assert out.offsets is not None and cap >= best
+                assert valid(lo, hi, size, out.offsets, cap)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_restarts_sharing_a_table_stay_complete_where_every_section_is_tight(seed: int) -> None:
+    # every restart, in either mode, must still find a packing at the bound: a dead state
+    # another restart left behind holds none whatever the try order
+    lo, hi, size = _columns(cut_rectangle(seed, depth=5, width=60, span=12))
+    p = Problem(lo, hi, size)
+    cap = load(lo, hi, size)
+    dead: set[int] = set()
+    for restart in range(4):
+        small = find(p, cap, 5, time.perf_counter() + 60, p.preorder("total"), restart, False, dead)
+        assert small.status is not Status.INFEASIBLE  # a cut-short restart proves nothing
+        out = find(p, cap, 10**6, time.perf_counter() + 60, p.preorder("total"), restart,
+                   restart % 2 == 1, dead)  # fmt: skip
+        assert out.status is Status.FOUND and out.offsets is not None
+        assert valid(lo, hi, size, out.offsets, cap)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.one_of(items(max_n=7), same_lifetime_items()), st.integers(0, 3), st.booleans(),
+       st.integers(0, 3))  # fmt: skip
+def test_the_check_by_min_offsets_changes_only_the_nodes(
+    case: Items, extra: int, every_corner: bool, seed: int
+) -> None:
+    # it prunes only subtrees with no packing, so the search meets the same packing first
+    lo, hi, size = case
+    p = Problem(lo, hi, size)
+    cap = load(lo, hi, size) + extra
+    order = p.preorder("total")
+    deadline = time.perf_counter() + 60
+    checked, plain = (Valleys(p, cap, order, seed, every_corner, None, e).run(10**5, deadline)
+                      for e in (True, False))  # fmt: skip
+    assert checked.status == plain.status
+    assert checked.offsets == plain.offsets and checked.nodes <= plain.nodes
+
+
+def test_the_check_by_min_offsets_prunes() -> None:
+    # a small case (found by a random search over small instances) where it cuts
+    # subtrees the plain checks enter: the same packing in fewer nodes
+    lo, hi, size = [3, 2, 0, 0, 3, 4], [5, 3, 2, 0, 3, 6], [2, 1, 5, 1, 1, 5]
+    p = Problem(lo, hi, size)
+    order = p.preorder("total")
+    checked, plain = (Valleys(p, 7, order, 0, True, None, e).run(10**4, time.perf_counter() + 60)
+                      for e in (True, False))  # fmt: skip
+    assert checked.status is plain.status is Status.FOUND
+    assert checked.offsets == plain.offsets and checked.nodes < plain.nodes
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_reset_table_only_forgets(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # past MAX_DEAD states the table starts afresh: the same packing, at most more nodes
+    lo, hi, size = _columns(cut_rectangle(seed, depth=5, width=60, span=12))
+    p = Problem(lo, hi, size)
+    cap, order = load(lo, hi, size), p.preorder("total")
+    full = Valleys(p, cap, order).run(10**6, time.perf_counter() + 60)
+    monkeypatch.setattr(valleys, "MAX_DEAD", 2)
+    small = Valleys(p, cap, order).run(10**6, time.perf_counter() + 60)
+    assert small.status is full.status is Status.FOUND
+    assert small.offsets == full.offsets and small.nodes >= full.nodes

@@ -118,11 +118,22 @@ def _valley_restarts(p: Problem, cap: int, nodes: int, budget: _Budget, stop: fl
     limit = max(VALLEY_NODES * len(p.items), 64)
     order = p.preorder("total")
     none_tight = max(p.load, default=0) < cap
+    # A state's subtree is the same set of tries whatever their order, so the states one
+    # restart searched through in vain are dead for the next in the same mode; where every
+    # section is full the two modes branch alike and share one table.
+    all_full = min(p.load, default=0) >= cap
+    # The check by min offsets pays where bytes are spare (grid-merge, 500 buffers: 1.044x
+    # to 1.025x); where every section is full it found no packing more on the hard traces
+    # and made the 500-buffer guillotine search up to 1.4x slower.
+    energetic = not all_full
+    dead: dict[bool, set[int]] = {}
     spent, seed = 0, 0
     out = Outcome(Status.ABORTED, None, 0, 0)
     while spent < nodes:
         every_corner = none_tight or seed % 2 == 1
-        out = find(p, cap, min(limit, nodes - spent), stop, order, seed // 2, every_corner)
+        table = dead.setdefault(every_corner and not all_full, set())
+        left = min(limit, nodes - spent)
+        out = find(p, cap, left, stop, order, seed // 2, every_corner, table, energetic)
         spent += out.nodes
         budget.spent += out.nodes
         seed += 1

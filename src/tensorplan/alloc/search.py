@@ -133,6 +133,7 @@ class _Search:
         self.floor = [0] * p.n_sections
         self.left = list(p.load)
         self.placed = 0
+        self.energetic = False  # the check by min offsets below; off by default
         self.spot: tuple[int, ...] = ()  # set by variants as they list candidates
 
     def run(self, max_nodes: int, deadline: float) -> Outcome:
@@ -150,6 +151,7 @@ class _Search:
                     continue
             if fr.i == len(fr.cands):
                 stack.pop()
+                self._exhausted()
                 continue
             k = fr.cands[fr.i]
             fr.i += 1
@@ -161,13 +163,25 @@ class _Search:
                 continue
             if self.placed == len(self.p.items):
                 return self._outcome(Status.FOUND, nodes)
+            if self._known_dead():
+                continue
             cands = self._next(k)
             if cands:
                 stack.append(_Frame(cands, self.spot))
+            else:
+                self._exhausted()
         return self._outcome(Status.INFEASIBLE, nodes)
 
     def _first(self) -> list[int]:
         return self._candidates(0, -1)
+
+    def _exhausted(self) -> None:
+        """Called where the subtree under the current state was searched through in vain
+        (a variant may remember the state)."""
+
+    def _known_dead(self) -> bool:
+        """Whether the current state was already searched through in vain."""
+        return False
 
     def _step(self, k: int, spot: tuple[int, ...]) -> tuple[Undo, bool, bool]:
         return self._place(k, self.min_off[k])
@@ -234,10 +248,37 @@ class _Search:
         undo = (k, raised, floors)
         if top > self.cap or (self.MONOTONE and o + max(left) > self.cap):
             return undo, hatless, False
-        ok = self._raise_floors(raised, floors)
+        ok = self._raise_floors(k, raised, floors)
+        if ok and self.energetic and raised:
+            ok = self._energetic(raised)
         return undo, hatless, ok
 
-    def _raise_floors(self, raised: list[tuple[int, int]], floors: list[tuple[int, int]]) -> bool:
+    def _energetic(self, raised: list[tuple[int, int]]) -> bool:
+        """An unplaced item goes at or above its min offset, so in every section the items
+        whose min offset is at least h must fit between h and the capacity. Checked where
+        a raised item now hangs above the section's floor."""
+        p, off, min_off, size, cap = self.p, self.off, self.min_off, self.p.size, self.cap
+        first, stop, floor, left = p.first, p.stop, self.floor, self.left
+        top = min_off[raised[0][0]]
+        sections = {
+            s for j, _ in raised for s in range(first[j], stop[j]) if floor[s] < top and left[s]
+        }
+        for s in sections:
+            f = floor[s]
+            above = [(min_off[j], size[j]) for j in p.members[s] if off[j] < 0 and min_off[j] > f]
+            if top + sum([z for _, z in above]) <= cap and all(h <= top for h, _ in above):
+                continue  # every threshold (at most top) passes: no need to sort
+            above.sort(reverse=True)
+            acc = 0
+            for h, z in above:
+                acc += z
+                if h + acc > cap:
+                    return False
+        return True
+
+    def _raise_floors(
+        self, k: int, raised: list[tuple[int, int]], floors: list[tuple[int, int]]
+    ) -> bool:
         """A section's bytes below its lowest unplaced min offset are lost: raise its floor
         there, then check floor + bytes left <= capacity where anything changed.
 
@@ -250,10 +291,7 @@ class _Search:
             self.p, self.off, self.min_off, self.floor, self.left, self.cap
         )  # fmt: skip
         top = min_off[raised[0][0]]
-        touched = {
-            s for j, old in raised for s in range(p.first[j], p.stop[j]) if old <= floor[s] < top
-        }
-        for s in touched:
+        for s in self._touched(k, raised, top):
             if left[s] == 0:
                 continue
             f = floor[s]
@@ -266,6 +304,34 @@ class _Search:
             if f + left[s] > cap:
                 return False
         return all(floor[s] + left[s] <= cap for s, _ in floors)
+
+    def _touched(self, k: int, raised: list[tuple[int, int]], top: int) -> list[int]:
+        """The sections where a raised item met the floor (old min offset <= floor) and is
+        now above it (floor < top); k's own sections are at top.
+
+        Every raised item meets k, so on each side of k it covers the sections from k out
+        to its own end: sweeping inwards from the farthest, the lowest old min offset of
+        the items reaching a section is a running minimum. (Walking every raised item's
+        whole lifetime was the costliest line of the search on long-lived items.)"""
+        first, stop, floor = self.p.first, self.p.stop, self.floor
+        a, b = first[k], stop[k]
+        out: list[int] = []
+        for side in (-1, 1):
+            # (how many sections past k's edge the item reaches, its old min offset)
+            if side < 0:
+                reach = [(a - first[j], old) for j, old in raised if first[j] < a]
+            else:
+                reach = [(stop[j] - b, old) for j, old in raised if stop[j] > b]
+            reach.sort(reverse=True)
+            lowest, i = top, 0
+            for d in range(reach[0][0] if reach else 0, 0, -1):
+                while i < len(reach) and reach[i][0] >= d:
+                    lowest = min(lowest, reach[i][1])
+                    i += 1
+                s = a - d if side < 0 else b - 1 + d
+                if lowest <= floor[s] < top:
+                    out.append(s)
+        return out
 
     def _raise_stretch(self, a: int, b: int, f: int, count_done: bool) -> Undo:
         """Give sections [a, b) at floor f up: raise them to the lower of their higher

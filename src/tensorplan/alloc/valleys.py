@@ -29,6 +29,8 @@ from tensorplan.alloc.search import Outcome, Problem, Status, Undo, _Search
 
 # (first section, stop section, floor, side: 1 left corner, -1 right corner, 0 open valley)
 Spot = tuple[int, int, int, int]
+ZOBRIST_SEED = 18  # fixed, so restarts sharing a table code the placed sets alike
+MAX_DEAD = 1 << 18  # dead states remembered (hashes, ~80 B each: ~20 MB) before a reset
 
 
 class Valleys(_Search):
@@ -37,10 +39,24 @@ class Valleys(_Search):
     MONOTONE = False  # valleys are filled in any order
 
     def __init__(
-        self, p: Problem, capacity: int, order: list[int], seed: int = 0, every_corner: bool = False
+        self,
+        p: Problem,
+        capacity: int,
+        order: list[int],
+        seed: int = 0,
+        every_corner: bool = False,
+        dead: set[int] | None = None,
+        energetic: bool = False,
     ) -> None:
         super().__init__(p, capacity, order)
         self.every_corner = every_corner
+        self.energetic = energetic
+        self.dead: set[int] = set() if dead is None else dead
+        # the placed set as an XOR of fixed random 64-bit codes (one per item): an int's
+        # own hash is taken mod 2^61 - 1, so bit sets like {k, k + 61} and {k + 1} collide
+        codes = random.Random(ZOBRIST_SEED)
+        self.code = [codes.getrandbits(64) for _ in range(p.n)]
+        self.placed_code = 0
         n_sec = p.n_sections
         self.starts: list[list[int]] = [[] for _ in range(n_sec + 1)]
         self.ends: list[list[int]] = [[] for _ in range(n_sec + 1)]
@@ -55,6 +71,29 @@ class Valleys(_Search):
 
     def _first(self) -> list[int]:
         return self._next(-1)
+
+    def _state_key(self) -> int:
+        """What decides the rest of the search: the items placed and the skyline (the
+        candidates, their order and every check depend on nothing else that matters; the
+        offsets inside a column only feed min offsets, which prune, never add, tries)."""
+        return hash((self.placed_code, tuple(self.floor)))
+
+    def _exhausted(self) -> None:
+        if len(self.dead) >= MAX_DEAD:
+            self.dead.clear()  # a bound on memory; forgetting only costs nodes
+        self.dead.add(self._state_key())
+
+    def _known_dead(self) -> bool:
+        return self._state_key() in self.dead
+
+    def _place(self, k: int, o: int) -> tuple[Undo, bool, bool]:
+        self.placed_code ^= self.code[k]
+        return super()._place(k, o)
+
+    def _restore(self, undo: Undo) -> None:
+        if undo[0] >= 0:
+            self.placed_code ^= self.code[undo[0]]
+        super()._restore(undo)
 
     def _next(self, k: int) -> list[int]:
         self.spot, cands = self._choose()
@@ -160,8 +199,14 @@ def find(
     order: list[int],
     seed: int = 0,
     every_corner: bool = False,
+    dead: set[int] | None = None,
+    energetic: bool = False,
 ) -> Outcome:
-    """One fail-first skyline search for a packing within `capacity`."""
+    """One fail-first skyline search for a packing within `capacity`. `dead` (shared by
+    the caller between searches of one capacity and mode) holds the states searched
+    through in vain; a restart skips them whatever its try order. `energetic` adds the
+    check by min offsets (search.py) at every placement that raises one."""
     if not p.items:
         return Outcome(Status.FOUND, [0] * p.n, 0, 0)
-    return Valleys(p, capacity, order, seed, every_corner).run(max_nodes, deadline)
+    v = Valleys(p, capacity, order, seed, every_corner, dead, energetic)
+    return v.run(max_nodes, deadline)
