@@ -6,6 +6,7 @@ never the packing it finds, also across restarts that share the table."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -103,16 +104,20 @@ def test_the_dead_table_changes_only_the_nodes(
 ) -> None:
     # the table skips only subtrees searched through in vain, in the same order: the same
     # answer, the same packing, never more nodes
+    _same_search_fewer_nodes(case, extra, lambda p, cap, order: (
+        Valleys(p, cap, order, seed, every_corner), _NoTable(p, cap, order, seed, every_corner)))
+
+
+def _same_search_fewer_nodes(case: Items, extra: int, make: Any) -> None:
+    """make(problem, capacity, order) -> (pruned, plain) searches: both give the same answer
+    and packing, the pruned one in no more nodes."""
     lo, hi, size = case
     p = Problem(lo, hi, size)
     cap = load(lo, hi, size) + extra
-    order = p.preorder("total")
-    deadline = time.perf_counter() + 60
-    runs = [kind(p, cap, order, seed, every_corner).run(10**5, deadline)
-            for kind in (Valleys, _NoTable)]  # fmt: skip
-    with_table, without = runs
-    assert with_table.status == without.status
-    assert with_table.offsets == without.offsets and with_table.nodes <= without.nodes
+    pruned, plain = (v.run(10**5, time.perf_counter() + 60)
+                     for v in make(p, cap, p.preorder("total")))  # fmt: skip
+    assert pruned.status == plain.status
+    assert pruned.offsets == plain.offsets and pruned.nodes <= plain.nodes
 
 
 @settings(max_examples=100, deadline=None)
@@ -155,15 +160,8 @@ def test_the_check_by_min_offsets_changes_only_the_nodes(
     case: Items, extra: int, every_corner: bool, seed: int
 ) -> None:
     # it prunes only subtrees with no packing, so the search meets the same packing first
-    lo, hi, size = case
-    p = Problem(lo, hi, size)
-    cap = load(lo, hi, size) + extra
-    order = p.preorder("total")
-    deadline = time.perf_counter() + 60
-    checked, plain = (Valleys(p, cap, order, seed, every_corner, None, e).run(10**5, deadline)
-                      for e in (True, False))  # fmt: skip
-    assert checked.status == plain.status
-    assert checked.offsets == plain.offsets and checked.nodes <= plain.nodes
+    _same_search_fewer_nodes(case, extra, lambda p, cap, order: tuple(
+        Valleys(p, cap, order, seed, every_corner, None, e) for e in (True, False)))
 
 
 def test_the_check_by_min_offsets_prunes() -> None:
