@@ -29,7 +29,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         choices=STRATEGIES,
         default="offline",
         help="offline packing with a bounded search (default), exact (search until the "
-        "optimum is proven or the budget ends) or ggml-alloc's online best fit",
+        "optimum is proven or the budget ends; with OR-Tools installed, CP-SAT after the "
+        "own search: pip install 'tensorplan[exact]') or ggml-alloc's online best fit",
     )
     p.add_argument(
         "--budget",
