@@ -80,3 +80,13 @@ def test_exact_without_ortools_runs_the_own_search(monkeypatch: pytest.MonkeyPat
     packed = solve(lo, hi, size, budget_s=60, max_nodes=None)
     assert valid(lo, hi, size, packed.offsets, packed.total)
     assert packed.total == hard_traces.CAPACITY and packed.proven
+
+
+def test_arenas_beyond_cpsats_integers_keep_the_searchs_packing() -> None:
+    """Sizes near 2^62 (a trace may hold them): CP-SAT is not asked, nothing is lost."""
+    big = 1 << 61
+    lo, hi, size = [0, 0, 1], [1, 0, 1], [big, big, big]
+    solved = cpsat.improve(lo, hi, size, [0, big, big], 2 * big, 2 * big, 5)
+    assert (solved.offsets, solved.height, solved.proven) == ([0, big, big], 2 * big, False)
+    packed = solve(lo, hi, size, budget_s=5, max_nodes=None)
+    assert valid(lo, hi, size, packed.offsets, packed.total) and packed.total == 2 * big

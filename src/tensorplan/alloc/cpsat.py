@@ -28,6 +28,7 @@ from typing import Any
 # The share of the time given that goes to "does a packing fit at the bound?": CP-SAT
 # answered it within 0.1 s on every hard trace it answered at all.
 FEASIBILITY_SHARE = 0.2
+MAX_BYTES = 1 << 62  # CP-SAT's variables are 64-bit with headroom for its sums
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,10 +39,11 @@ class Solved:
 
 
 def available() -> bool:
-    """Whether OR-Tools can be imported (pip install 'tensorplan[exact]')."""
+    """Whether OR-Tools can be imported (pip install 'tensorplan[exact]'). Any failure of
+    the import (a protobuf it cannot load, say) counts as absent: it is an optional stage."""
     try:
         import ortools.sat.python.cp_model  # noqa: F401
-    except ImportError:
+    except Exception:  # noqa: BLE001
         return False
     return True
 
@@ -75,6 +77,8 @@ def improve(lo: Sequence[int], hi: Sequence[int], size: Sequence[int], offsets: 
     """A packing no higher than `height` (the given one when nothing better is found):
     first whether one fits at `bound` (FEASIBILITY_SHARE of the time), then the lowest
     it finds starting from `offsets`. proven: the height returned is the optimum."""
+    if height >= MAX_BYTES:  # beyond CP-SAT's integer domains: keep what the search found
+        return Solved(list(offsets), height, False)
     cliques = maximal_cliques(lo, hi)
     fit = _solve(size, cliques, bound, None, seconds * FEASIBILITY_SHARE)
     if fit is not None:
