@@ -14,23 +14,24 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "tensorplan"
 
 # Each layer may import only the layers listed for it (imports point downward).
 ALLOWED = {
-    "alloc": {"alloc", "tensor", "dtype", "graph", "errors", "files"},
+    "alloc": {"alloc", "tensor", "dtype", "graph", "errors", "files", "machine"},
     "files": {"errors"},  # safe reads and writes: a leaf beside errors, usable by every layer
+    "machine": set(),  # the cores this process may use: a leaf, usable by every layer
     "tensor": {"dtype"},
     "dtype": set(),
     "graph": {"tensor"},
     "ops": {"tensor", "dtype"},
-    "backends": {"backends", "alloc", "tensor", "dtype", "graph", "ops", "errors"},
+    "backends": {"backends", "alloc", "tensor", "dtype", "graph", "ops", "errors", "machine"},
     "pipeline": {"alloc", "tensor", "dtype", "graph", "ops", "errors"},
     "whisper": {"whisper", "backends", "pipeline", "alloc", "tensor", "dtype", "graph", "ops",
                 "errors", "files"},
-    "batch": {"batch", "whisper", "errors", "files"},
+    "batch": {"batch", "whisper", "errors", "files", "machine"},
     "commands": {"commands", "whisper", "batch", "alloc", "pipeline", "backends", "errors", "files",
-                 "serve"},
+                 "serve", "machine"},
     "cli": {"errors", "commands"},
     "errors": set(),
     # the server knows sessions, never kernels or buffers (see WHISPER_PUBLIC below)
-    "serve": {"serve", "whisper", "errors"},
+    "serve": {"serve", "whisper", "errors", "machine"},
 }
 # the modules of tensorplan.whisper that are its public API, all the server may import
 WHISPER_PUBLIC = {"tensorplan.whisper", "tensorplan.whisper.api", "tensorplan.whisper.options",

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import bisect
 import heapq
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from tensorplan.machine import cores
 
 # The share of the time given that goes to "does a packing fit at the bound?": CP-SAT
 # answered it within 0.1 s on every hard trace it answered at all.
@@ -127,7 +128,4 @@ def _solve(size: Sequence[int], cliques: list[list[int]], capacity: int,
 
 def _workers() -> int:
     """CP-SAT's parallel portfolio on this process's cores (one worker searches alone)."""
-    try:
-        return max(1, min(8, len(os.sched_getaffinity(0))))
-    except (AttributeError, OSError):
-        return max(1, min(8, os.cpu_count() or 1))
+    return min(8, cores())

@@ -20,17 +20,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from tensorplan.machine import cores
+
 LOADAVG = "/proc/loadavg"  # Linux: its 4th field is "runnable/all" tasks
 
 _state: dict[str, Any] = {}
-
-
-def cores() -> int:
-    """The CPUs this process may run on (its affinity mask, not the machine's count)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
 
 
 def idle_cores() -> int:

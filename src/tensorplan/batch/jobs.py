@@ -189,14 +189,6 @@ def describe(e: BaseException) -> str:
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
-def cpu_count() -> int:
-    """The cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
 def blas_env(threads: int) -> dict[str, str]:
     return dict.fromkeys(BLAS_THREAD_VARS, str(threads))
 

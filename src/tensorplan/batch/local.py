@@ -26,11 +26,11 @@ from tensorplan.batch.jobs import (
     Task,
     Worker,
     blas_env,
-    cpu_count,
     describe,
     limit_blas_threads,
 )
 from tensorplan.errors import UserError
+from tensorplan.machine import cores
 from tensorplan.whisper.options import TranscribeOptions
 
 MAX_LOAD_DEATHS = 3  # workers that die while loading the model before the run gives up
@@ -51,7 +51,7 @@ class LocalPool:
         if n_workers < 1:
             raise UserError("--workers must be at least 1")
         self.spec, self.options = spec, options
-        self.threads = threads or max(1, cpu_count() // n_workers)
+        self.threads = threads or max(1, cores() // n_workers)
         self.ctx = mp.get_context("spawn")  # never fork a process that may hold BLAS threads
         self.load_deaths = 0
         self.procs: list[_Proc] = []

@@ -29,10 +29,10 @@ from tensorplan.batch.jobs import (
     Task,
     Worker,
     blas_env,
-    cpu_count,
     describe,
 )
 from tensorplan.errors import UserError
+from tensorplan.machine import cores
 from tensorplan.whisper.options import TranscribeOptions
 
 
@@ -174,7 +174,7 @@ def _check_reachable(address: str) -> None:
 def _connect(ray: Any, address: str) -> None:
     try:
         if address == "local":
-            ray.init(num_cpus=cpu_count(), include_dashboard=False, logging_level=logging.WARNING)
+            ray.init(num_cpus=cores(), include_dashboard=False, logging_level=logging.WARNING)
         else:
             _check_reachable(address)  # ray.init retries a dead address for minutes
             ray.init(address=address, logging_level=logging.WARNING)

@@ -51,9 +51,10 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tensorplan.machine import cores
     from tensorplan.serve.config import ServeConfig
     from tensorplan.serve.server import serve
-    from tensorplan.serve.threads import cores, default_sessions, per_session
+    from tensorplan.serve.threads import default_sessions, per_session
     from tensorplan.whisper.api import load
     from tensorplan.whisper.model_options import model_options_from_args
     from tensorplan.whisper.options import TranscribeOptions, from_args

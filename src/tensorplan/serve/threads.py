@@ -9,15 +9,7 @@ become busy or idle would need a per-session count in the kernels, which they do
 
 from __future__ import annotations
 
-import os
-
-
-def cores() -> int:
-    """The cores this process may run on (its affinity mask, not the machine's count)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # not Linux
-        return max(1, os.cpu_count() or 1)
+from tensorplan.machine import cores
 
 
 def per_session(n_sessions: int, n_cores: int | None = None) -> int:
