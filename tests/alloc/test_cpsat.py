@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 
 from tensorplan.alloc import cpsat, offline
+from tensorplan.alloc.improve import Improved
 from tensorplan.alloc.offline import load, solve
 
 from .test_search import Items, brute_force, items, valid
@@ -40,9 +41,10 @@ def test_maximal_cliques_hold_every_pair_live_together(case: Items) -> None:
 def test_cpsat_reaches_the_brute_force_optimum_from_any_start(case: Items) -> None:
     lo, hi, size = case
     start = solve(lo, hi, size, max_nodes=0)  # the greedy passes only
-    solved = cpsat.improve(lo, hi, size, start.offsets, start.total, load(lo, hi, size), 30)
+    found = Improved(start.offsets, start.total, False, 7)
+    solved = cpsat.improve(lo, hi, size, found, load(lo, hi, size), 30)
     assert valid(lo, hi, size, solved.offsets, solved.height)
-    assert solved.height <= start.total
+    assert solved.height <= start.total and solved.nodes == 7  # the search's nodes kept
     assert solved.height == brute_force(lo, hi, size) and solved.proven
 
 
@@ -86,7 +88,7 @@ def test_arenas_beyond_cpsats_integers_keep_the_searchs_packing() -> None:
     """Sizes near 2^62 (a trace may hold them): CP-SAT is not asked, nothing is lost."""
     big = 1 << 61
     lo, hi, size = [0, 0, 1], [1, 0, 1], [big, big, big]
-    solved = cpsat.improve(lo, hi, size, [0, big, big], 2 * big, 2 * big, 5)
-    assert (solved.offsets, solved.height, solved.proven) == ([0, big, big], 2 * big, False)
+    found = Improved([0, big, big], 2 * big, False, 3)
+    assert cpsat.improve(lo, hi, size, found, 2 * big, 5) is found
     packed = solve(lo, hi, size, budget_s=5, max_nodes=None)
     assert valid(lo, hi, size, packed.offsets, packed.total) and packed.total == 2 * big

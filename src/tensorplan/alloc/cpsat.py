@@ -1,11 +1,11 @@
 """The exact strategy's second solver: Google OR-Tools' CP-SAT, when it is installed.
 
 The problem as constraints: an offset variable per item in [0, capacity - size], and for
-every maximal set of items live at one time (a time where an item starts and one ends: an
-interval graph's maximal cliques are exactly these) a NoOverlap constraint over their byte
-ranges. Two items overlap in time exactly when they share such a set, so the model is the
-packing problem itself; CP-SAT's NoOverlap propagation (edge finding, energetic reasoning)
-and its clause learning do the search.
+every maximal set of items live at one time (an interval graph's maximal cliques:
+`maximal_cliques`) a NoOverlap constraint over their byte ranges. Two items overlap in time
+exactly when they share such a set, so the model is the packing problem itself; CP-SAT's
+NoOverlap propagation (edge finding, energetic reasoning) and its clause learning do the
+search.
 
 Measured on the hard traces (bench/hard_traces.py, 24 traces, 10 s, 2 workers): asked
 whether a packing fits at the lower bound, it proves 15/24 optimal, each within 0.1 s,
@@ -19,24 +19,17 @@ dependency-free.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import heapq
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
+from tensorplan.alloc.improve import Improved
 from tensorplan.machine import cores
 
 # The share of the time given that goes to "does a packing fit at the bound?": CP-SAT
 # answered it within 0.1 s on every hard trace it answered at all.
 FEASIBILITY_SHARE = 0.2
 MAX_BYTES = 1 << 62  # CP-SAT's variables are 64-bit with headroom for its sums
-
-
-@dataclass(frozen=True, slots=True)
-class Solved:
-    offsets: list[int]
-    height: int
-    proven: bool  # height is the optimum
 
 
 def available() -> bool:
@@ -73,23 +66,25 @@ def maximal_cliques(lo: Sequence[int], hi: Sequence[int]) -> list[list[int]]:
     return live
 
 
-def improve(lo: Sequence[int], hi: Sequence[int], size: Sequence[int], offsets: Sequence[int],
-            height: int, bound: int, seconds: float) -> Solved:
-    """A packing no higher than `height` (the given one when nothing better is found):
-    first whether one fits at `bound` (FEASIBILITY_SHARE of the time), then the lowest
-    it finds starting from `offsets`. proven: the height returned is the optimum."""
-    if height >= MAX_BYTES:  # beyond CP-SAT's integer domains: keep what the search found
-        return Solved(list(offsets), height, False)
+def improve(lo: Sequence[int], hi: Sequence[int], size: Sequence[int], found: Improved,
+            bound: int, seconds: float) -> Improved:
+    """A packing lower than the search's `found`, or the same height proven optimal; else
+    `found` itself. First whether one fits at `bound` (FEASIBILITY_SHARE of the time), then
+    the lowest CP-SAT reaches from found's offsets. The nodes stay the search's."""
+    if found.height >= MAX_BYTES:  # beyond CP-SAT's integer domains: keep the search's
+        return found
     cliques = maximal_cliques(lo, hi)
-    fit = _solve(size, cliques, bound, None, seconds * FEASIBILITY_SHARE)
-    if fit is not None:
-        return fit
-    best = _solve(size, cliques, height, (offsets, bound), seconds * (1 - FEASIBILITY_SHARE))
-    return best if best is not None else Solved(list(offsets), height, False)
+    solved = _solve(size, cliques, bound, None, seconds * FEASIBILITY_SHARE)
+    if solved is None:
+        solved = _solve(size, cliques, found.height, (found.offsets, bound),
+                        seconds * (1 - FEASIBILITY_SHARE))
+    if solved is None or (solved.height >= found.height and not solved.proven):
+        return found
+    return dataclasses.replace(solved, nodes=found.nodes)
 
 
 def _solve(size: Sequence[int], cliques: list[list[int]], capacity: int,
-           minimise: tuple[Sequence[int], int] | None, seconds: float) -> Solved | None:
+           minimise: tuple[Sequence[int], int] | None, seconds: float) -> Improved | None:
     """Offsets within `capacity`: any (minimise None), or the lowest peak from the hinted
     offsets down to the bound (minimise = (offsets, bound)); None if none was found."""
     from ortools.sat.python import cp_model
@@ -97,22 +92,21 @@ def _solve(size: Sequence[int], cliques: list[list[int]], capacity: int,
     if seconds <= 0:
         return None
     model = cp_model.CpModel()
-    floor = minimise[1] if minimise else capacity
-    peak = model.new_int_var(floor, capacity, "peak")
-    ys = []
-    ranges: list[Any] = []
-    for k, n in enumerate(size):
-        y = model.new_int_var(0, max(capacity - n, 0), f"y{k}")
-        ys.append(y)
-        ranges.append(model.new_fixed_size_interval_var(y, n, f"r{k}") if n else None)
-        if minimise and n:
-            model.add(y + n <= peak)
-            model.add_hint(y, minimise[0][k])
+    ys = [model.new_int_var(0, max(capacity - n, 0), f"y{k}") for k, n in enumerate(size)]
+    ranges = [model.new_fixed_size_interval_var(y, n, f"r{k}") if n else None
+              for k, (y, n) in enumerate(zip(ys, size, strict=True))]
     for clique in cliques:
-        members = [ranges[k] for k in clique if ranges[k] is not None]
+        members = [r for k in clique if (r := ranges[k]) is not None]
         if len(members) > 1:
             model.add_no_overlap(members)
+    floor = capacity
     if minimise:
+        hint, floor = minimise
+        peak = model.new_int_var(floor, capacity, "peak")
+        for y, n, at in zip(ys, size, hint, strict=True):
+            if n:
+                model.add(y + n <= peak)
+                model.add_hint(y, at)
         model.add_hint(peak, capacity)
         model.minimize(peak)
     solver = cp_model.CpSolver()
@@ -123,7 +117,7 @@ def _solve(size: Sequence[int], cliques: list[list[int]], capacity: int,
         return None
     offsets = [int(solver.value(y)) if n else 0 for y, n in zip(ys, size, strict=True)]
     top = max((o + n for o, n in zip(offsets, size, strict=True)), default=0)
-    return Solved(offsets, top, status == cp_model.OPTIMAL or top <= floor)
+    return Improved(offsets, top, status == cp_model.OPTIMAL or top <= floor, 0)
 
 
 def _workers() -> int:

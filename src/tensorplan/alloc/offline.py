@@ -352,11 +352,7 @@ def _exact_rest(lo: list[int], hi: list[int], size: list[int], found: Improved, 
     from tensorplan.alloc import cpsat
 
     if cpsat.available():
-        solved = cpsat.improve(lo, hi, size, found.offsets, found.height, bound,
-                               deadline - time.perf_counter())
-        if solved.height < found.height or solved.proven:
-            return Improved(solved.offsets, solved.height, solved.proven, found.nodes)
-        return found
+        return cpsat.improve(lo, hi, size, found, bound, deadline - time.perf_counter())
     start = (found.offsets, found.height)
     return improve(lo, hi, size, start, bound, UNLIMITED_NODES, deadline, True)
 
