@@ -13,6 +13,7 @@ from tensorplan.whisper.options import (
     SearchOptions,
     TranscribeOptions,
     add_arguments,
+    clip_spans,
     from_args,
     to_argv,
 )
@@ -95,3 +96,13 @@ def test_decoding_options_for_one_window() -> None:
     assert got == DecodingOptions(language="en", beam_size=3, hotwords="tensor",
                                   temperature=0.4, prompt=(1, 2))
     assert options.decoding(0.0, [], prefix="So").prompt is None
+
+
+def test_clip_spans_in_frames_and_seconds() -> None:
+    """The one reading of clip_timestamps that the seek loop (frames) and backend auto's
+    duration (seconds) share: none is everything, a lone last start runs to the end, ends
+    stop at the end."""
+    assert clip_spans([], 1100) == [(0, 1100)]
+    assert clip_spans([100, 300, 900], 1100) == [(100, 300), (900, 1100)]
+    assert clip_spans([100, 5000], 1100) == [(100, 1100)]
+    assert clip_spans([1.5, 2.5, 7.0], 11.0) == [(1.5, 2.5), (7.0, 11.0)]

@@ -18,6 +18,7 @@ import os
 from collections.abc import Sequence
 
 from tensorplan import backends
+from tensorplan.whisper.options import clip_spans
 
 # Float32 break-even: ~0.15 s saved per 30 s window (encoder gain less the beam-5
 # decoder loss) against ~1.2 s of start-up, i.e. 8 windows; rounded up because the saving
@@ -41,12 +42,7 @@ def resolve(name: str, compute_type: str = "float32",
 def clipped_seconds(duration: float, clips: Sequence[float] = ()) -> float:
     """How much of a `duration`-second file `clip_timestamps` (start, end, start, ...; an
     odd count leaves the last clip open to the end) will transcribe."""
-    if not clips:
-        return duration
-    spans = list(zip(clips[0::2], clips[1::2], strict=False))
-    if len(clips) % 2:
-        spans.append((clips[-1], duration))
-    return sum(max(0.0, min(end, duration) - start) for start, end in spans)
+    return sum(max(0.0, end - start) for start, end in clip_spans(clips, duration))
 
 
 def audio_seconds(

@@ -248,6 +248,20 @@ class TranscribeOptions(SearchOptions):
                                prompt=tuple(prompt) if prompt else None)
 
 
+Number = TypeVar("Number", int, float)
+
+
+def clip_spans(points: Sequence[Number], end: Number) -> list[tuple[Number, Number]]:
+    """clip_timestamps' start, end, start, ... as (start, end) spans in any unit (seconds,
+    frames), each end at most `end`; a lone last start runs to `end`, and no points at all
+    mean [0, end)."""
+    edges: list[Number] = list(points) or [end - end]
+    if len(edges) % 2:
+        edges.append(end)
+    return [(start, min(stop, end)) for start, stop in zip(edges[::2], edges[1::2],
+                                                            strict=True)]
+
+
 def check_clips(clips: Any) -> None:
     """start,end,start,end,... seconds: finite, non-negative, each span non-empty and after
     the one before (the seek loop only moves forward; a lone last start runs to the end)."""

@@ -25,7 +25,7 @@ import numpy as np
 
 from tensorplan.errors import UserError
 from tensorplan.whisper.decoding import DecodingResult, DecodingSession, decode, detect_language
-from tensorplan.whisper.options import TranscribeOptions
+from tensorplan.whisper.options import TranscribeOptions, clip_spans
 from tensorplan.whisper.result import Segment, TranscriptionResult
 from tensorplan.whisper.tokenizer import to_language_code
 
@@ -176,11 +176,8 @@ class SeekLoop:
     # ---- the named steps ------------------------------------------------------------------
     def clips(self) -> list[tuple[int, int]]:
         """(start, end) frame ranges to transcribe, from clip_timestamps (default: all)."""
-        points = [round(t * FRAMES_PER_SECOND) for t in self.options.clip_timestamps] or [0]
-        if len(points) % 2:
-            points.append(self.content_frames)
-        return [(start, min(end, self.content_frames))
-                for start, end in zip(points[::2], points[1::2], strict=True)]
+        points = [round(t * FRAMES_PER_SECOND) for t in self.options.clip_timestamps]
+        return clip_spans(points, self.content_frames)
 
     def window(self, seek: int, n_frames: int) -> Window:
         """Frames [seek, seek + n_frames) zero-padded (in the normalized domain) to 3000."""
