@@ -349,7 +349,7 @@ class _WavDecoder:
     CHUNK_SAMPLES = 1 << 16
 
     def __init__(self, file: IO[bytes], name: str, sr: int, offset: int, n: int) -> None:
-        self.file, self.name, self.offset, self.n = file, name, offset, n
+        self.file, self.name, self.sr, self.offset, self.n = file, name, sr, offset, n
         self.declared: float | None = n / sr
 
     def __enter__(self) -> _WavDecoder:
@@ -364,7 +364,7 @@ class _WavDecoder:
             want = min(self.CHUNK_SAMPLES, self.n - start)
             data = self.file.read(2 * want)
             if len(data) != 2 * want:  # the file shrank since it was opened
-                raise AudioError(f"{self.name}: truncated at {start / SAMPLE_RATE:.2f} s")
+                raise AudioError(f"{self.name}: truncated at {start / self.sr:.2f} s")
             yield np.frombuffer(data, "<i2")
 
 
