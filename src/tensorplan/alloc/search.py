@@ -286,7 +286,7 @@ class _Search:
         can may lose bytes: it must have met the floor (old min offset <= floor) and now be
         above it (new min offset, the placed top, > floor)."""
         if not raised:
-            return all(self.floor[s] + self.left[s] <= self.cap for s, _ in floors)
+            return self._fits(floors)
         p, off, min_off, floor, left, cap = (
             self.p, self.off, self.min_off, self.floor, self.left, self.cap
         )  # fmt: skip
@@ -303,7 +303,12 @@ class _Search:
                 f = floor[s] = min([min_off[j] for j in p.members[s] if off[j] < 0])
             if f + left[s] > cap:
                 return False
-        return all(floor[s] + left[s] <= cap for s, _ in floors)
+        return self._fits(floors)
+
+    def _fits(self, floors: list[tuple[int, int]]) -> bool:
+        """Whether every section whose floor was raised (`floors`: (section, old floor))
+        still has room for its bytes left."""
+        return all(self.floor[s] + self.left[s] <= self.cap for s, _ in floors)
 
     def _touched(self, k: int, raised: list[tuple[int, int]], top: int) -> list[int]:
         """The sections where a raised item met the floor (old min offset <= floor) and is
@@ -392,7 +397,7 @@ class _Skyline(_Search):
         if k >= 0:
             return self._place(k, spot[1])
         undo = self._skip()
-        return undo, False, all(self.floor[s] + self.left[s] <= self.cap for s, _ in undo[2])
+        return undo, False, self._fits(undo[2])
 
     def _fill(self) -> list[int]:
         at, f, end = self._locate()

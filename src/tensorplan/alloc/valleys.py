@@ -104,7 +104,7 @@ class Valleys(_Search):
             undo, _, ok = self._place(k, spot[2])
             return undo, False, ok  # no hatless pruning: its argument assumes rising offsets
         undo = self._give_up(spot)
-        return undo, False, all(self.floor[s] + self.left[s] <= self.cap for s, _ in undo[2])
+        return undo, False, self._fits(undo[2])
 
     def _choose(self) -> tuple[Spot, list[int] | None]:
         """The corner to branch on and its candidates in value order; None: a dead end."""
