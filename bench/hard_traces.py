@@ -8,6 +8,11 @@ sequence of straight cuts makes). Rows are shuffled, or sorted adversarially (sm
 first, latest first) with --order.
 
     python bench/hard_traces.py [--counts 150 300 500] [--seeds 1 2] [--exact-budget 10]
+    python bench/hard_traces.py --csv DIR/*.csv   # traces of your own, e.g. MiniMalloc's
+
+--csv packs trace files (`tensorplan pack`'s format, which MiniMalloc's benchmark CSVs
+share: id, lower, upper, size) instead of the generated families; their optimum is not
+known to be the bound, so the ratios there are to the bound, not to the optimum.
 
 Every packing is checked independently (plan_models.check_packing) before it is reported.
 Columns per method: ratio to the lower bound, seconds, and * where proven optimal.
@@ -29,6 +34,7 @@ import plan_models as pm  # noqa: E402
 
 from tensorplan import alloc  # noqa: E402
 from tensorplan.alloc.offline import solve  # noqa: E402
+from tensorplan.alloc.trace import read_trace  # noqa: E402
 
 HORIZON, CAPACITY = 2000, 1 << 20
 Interval = tuple[int, int, int, int]
@@ -76,7 +82,23 @@ def measure(intervals: list[Interval], method: Method) -> tuple[float, float, bo
     offsets, size, proven = method(intervals)
     sec = time.perf_counter() - t0
     pm.check_packing(intervals, offsets, size)
-    return size / CAPACITY, sec, proven
+    return size / peak_live(intervals), sec, proven
+
+
+def peak_live(intervals: list[Interval]) -> int:
+    """The lower bound, computed here and not by the planner: the most bytes live at once
+    (an interval is live over [start, end))."""
+    events = sorted([(s, z) for _, s, _, z in intervals] + [(e, -z) for _, _, e, z in intervals])
+    live = peak = 0
+    for _, dz in events:  # at one time the ends (negative) sort before the starts
+        live += dz
+        peak = max(peak, live)
+    return peak
+
+
+def _read(path: Path) -> list[Interval]:
+    """A trace file as rows numbered 0.. (the file's ids may be any strings)."""
+    return [(i, s, e, z) for i, (_, s, e, z) in enumerate(read_trace(path))]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -87,22 +109,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--order", choices=("shuffled", "small-first", "late-first"),
                     default="shuffled")
     ap.add_argument("--exact-budget", type=float, default=10.0, help="seconds per trace")
+    ap.add_argument("--csv", nargs="+", type=Path, metavar="FILE",
+                    help="pack these trace files instead of the generated families")
     args = ap.parse_args(argv)
     ms = methods(args.exact_budget)
     rows: list[list[object]] = []
     results: dict[str, list[tuple[float, float, bool]]] = {m: [] for m in ms}
-    for family in args.families:
-        for n in args.counts:
-            for seed in args.seeds:
-                intervals = make_trace(family, n, seed, args.order)
-                row: list[object] = [family, len(intervals), seed]
-                for name, method in ms.items():
-                    ratio, sec, proven = measure(intervals, method)
-                    results[name].append((ratio, sec, proven))
-                    row += [f"{ratio:.3f}{'*' if proven else ''}", sec]
-                rows.append(row)
-                print(pm.table(_headers(ms), rows[-1:]).splitlines()[-1], flush=True)
-    print(f"\n## Hard traces (optimum = lower bound), rows {args.order}; * = proven optimal\n")
+    if args.csv:
+        traces = [(path.stem, 0, _read(path)) for path in args.csv]
+    else:
+        traces = [(family, seed, make_trace(family, n, seed, args.order))
+                  for family in args.families for n in args.counts for seed in args.seeds]
+    for label, seed, intervals in traces:
+        row: list[object] = [label, len(intervals), seed]
+        for name, method in ms.items():
+            ratio, sec, proven = measure(intervals, method)
+            results[name].append((ratio, sec, proven))
+            row += [f"{ratio:.3f}{'*' if proven else ''}", sec]
+        rows.append(row)
+        print(pm.table(_headers(ms), rows[-1:]).splitlines()[-1], flush=True)
+    what = "trace files: ratio to the lower bound" if args.csv else \
+        f"optimum = lower bound, rows {args.order}"
+    print(f"\n## Hard traces ({what}); * = proven optimal\n")
     print(pm.table(_headers(ms), rows) + "\n")
     print(pm.table(["method", "traces", "median x", "mean x", "max x", "median s", "max s",
                     "proven"], [_summary(name, r) for name, r in results.items()]))

@@ -74,6 +74,49 @@ def test_decision_is_exact(case: Items) -> None:
         assert decide(p, best - 1, 10**6, time.perf_counter() + 60).status is Status.INFEASIBLE
 
 
+@settings(max_examples=150, deadline=None)
+@given(items(max_n=7, max_t=10))
+def test_decision_in_minimallocs_order_is_exact(case: Items) -> None:
+    # the variant with no corner rule, ties at one offset in the try order, in each of
+    # the preorders the round robin takes turns with
+    lo, hi, size = case
+    best = brute_force(lo, hi, size)
+    p = Problem(lo, hi, size)
+    for key in ("WAT", "TAW", "TWA"):
+        found = decide(p, best, 10**6, time.perf_counter() + 60, p.preorder(key), canonical=True)
+        assert found.status is Status.FOUND and found.offsets is not None
+        assert valid(lo, hi, size, found.offsets, best)
+        if best > 0:
+            less = decide(p, best - 1, 10**6, time.perf_counter() + 60, p.preorder(key),
+                          canonical=True)
+            assert less.status is Status.INFEASIBLE
+
+
+def test_sides_no_item_crosses_are_searched_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long item, then two clusters after it that share no time step: once it is placed,
+    each cluster is searched on its own (and the answers stay exact)."""
+    lo = [0, 1, 1, 2, 6, 6, 7]
+    hi = [9, 2, 3, 3, 7, 8, 8]
+    size = [4, 3, 2, 2, 3, 2, 2]
+    splits: list[tuple[int, int, int]] = []
+    real = _Search._split
+
+    def spy(self: _Search, zero: list[int]) -> tuple[Status | None, list[object]]:
+        out = real(self, zero)
+        if out[0] is not None:
+            splits.append((self.s0, self.s1, len(zero)))
+        return out  # type: ignore[return-value]
+
+    monkeypatch.setattr(_Search, "_split", spy)
+    best = brute_force(lo, hi, size)
+    p = Problem(lo, hi, size)
+    found = decide(p, best, 10**6, time.perf_counter() + 60)
+    assert found.status is Status.FOUND and found.offsets is not None
+    assert valid(lo, hi, size, found.offsets, best)
+    assert decide(p, best - 1, 10**6, time.perf_counter() + 60).status is Status.INFEASIBLE
+    assert splits, "the search never split the trace at the gap between the clusters"
+
+
 @settings(max_examples=60, deadline=None)
 @given(items(max_n=60, max_t=30), st.integers(0, 3000))
 def test_search_valid_never_worse_and_deterministic(case: Items, nodes: int) -> None:

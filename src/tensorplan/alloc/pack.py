@@ -69,10 +69,10 @@ def pack(
         lo.append(start)
         hi.append(end - 1)  # inclusive from here on
         size.append(align_up(n, alignment))
-    lo, hi = compress(lo, hi)
-    bound = load(lo, hi, size)
+    dense = compress(lo, hi)  # solve() takes the trace's own times: its search weighs them
+    bound = load(*dense, size)
     if strategy == "ggml":
-        offsets, arena = _online(lo, hi, size, alignment)
+        offsets, arena = _online(*dense, size, alignment)
         proven = arena <= bound
     else:
         nodes = node_limit(strategy, max_nodes)

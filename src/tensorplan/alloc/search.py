@@ -17,6 +17,10 @@ The decision problem: can items live over inclusive [lo, hi] with sizes be place
   decrease) and the bytes still to place there. floor + bytes left > capacity: prune.
 - Hatless pruning. An item that meets no unplaced item changes nothing for the rest; if
   the subtree after it fails, its siblings fail too.
+- Dynamic decomposition. Where no unplaced item crosses a section boundary any more, the
+  two sides share nothing left to decide: each side is searched on its own and the part
+  fails if any side does, so a dead end on one side never sends the search back through
+  the choices of the other (without it, the search tried every combination of the two).
 
 The search counts nodes (placements tried). `max_nodes` makes it stop deterministically;
 a deadline (perf_counter seconds) is an extra wall-clock stop.
@@ -66,19 +70,27 @@ class Problem:
         self.overlaps = _overlaps(items, self.first, self.stop)
         self.items = items
         self.load = [sum(size[k] for k in m) for m in self.members]
+        self.lifetime = [hi[k] - lo[k] + 1 for k in range(self.n)]  # in time steps
 
     def preorder(self, key: str) -> list[int]:
-        """Items in the tie-break order: the busiest section first ("total"), then the
-        longest lifetime, then the largest area; "area" and "width" lead with those."""
+        """Items in a tie-break order. "total", "width", "area": the busiest section first,
+        then the longest lifetime in sections, then the largest area (or led by one of the
+        others). "WAT", "TAW", "TWA": MiniMalloc's three, in time steps: W the lifetime,
+        A the size x lifetime, T the busiest section, compared in the letters' order."""
         busiest = [max(self.load[self.first[k] : self.stop[k]], default=0) for k in range(self.n)]
         width = [self.stop[k] - self.first[k] for k in range(self.n)]
         area = [width[k] * self.size[k] for k in range(self.n)]
+        life = self.lifetime
+        by = {"W": life, "A": [life[k] * self.size[k] for k in range(self.n)], "T": busiest}
         keys = {
             "total": lambda k: (-busiest[k], -width[k], -area[k], k),
             "width": lambda k: (-width[k], -area[k], -busiest[k], k),
             "area": lambda k: (-area[k], -busiest[k], -width[k], k),
         }
-        return sorted(self.items, key=keys[key])
+        if key in keys:
+            return sorted(self.items, key=keys[key])
+        a, b, c = (by[ch] for ch in key)
+        return sorted(self.items, key=lambda k: (-a[k], -b[k], -c[k], k))
 
 
 def _overlaps(items: list[int], first: list[int], stop: list[int]) -> list[list[int]]:
@@ -101,12 +113,13 @@ class _Frame:
     """One level of the search: the candidates for the next item, the one being tried, and
     where they were listed for (a variant's `spot`, what its tries need)."""
 
-    __slots__ = ("cands", "spot", "i", "undo", "hatless")
+    __slots__ = ("cands", "spot", "i", "undo", "parts", "hatless")
 
     def __init__(self, cands: list[int], spot: tuple[int, ...]) -> None:
         self.cands, self.spot = cands, spot
         self.i = 0
         self.undo: Undo | None = None
+        self.parts: list[Undo] = []  # the placements of the pieces the try split off
         self.hatless = False
 
 
@@ -135,15 +148,37 @@ class _Search:
         self.placed = 0
         self.energetic = False  # the check by min offsets below; off by default
         self.spot: tuple[int, ...] = ()  # set by variants as they list candidates
+        # unplaced items across each boundary between sections s and s + 1
+        self.cuts = [0] * max(p.n_sections - 1, 0)
+        for k in p.items:
+            for s in range(p.first[k], p.stop[k] - 1):
+                self.cuts[s] += 1
+        self.zero: list[int] = []  # boundaries the last placement left uncrossed
+        # the part being searched: sections [s0, s1), its items in canonical order, and
+        # the count of placed items at which it is done
+        self.s0, self.s1, self.part, self.goal = 0, p.n_sections, self.order, len(p.items)
+        self.kept: list[Undo] = []  # a part found: its placements, in the order made
+        self.nodes, self.max_nodes, self.deadline = 0, 0, 0.0
 
     def run(self, max_nodes: int, deadline: float) -> Outcome:
-        nodes = 0
+        self.nodes, self.max_nodes, self.deadline = 0, max_nodes, deadline
         if max(self.left, default=0) > self.cap:
-            return self._outcome(Status.INFEASIBLE, nodes)
+            return self._outcome(Status.INFEASIBLE, 0)
+        zero = [s + 1 for s, c in enumerate(self.cuts) if c == 0]
+        status = self._split(zero)[0] if zero else None
+        if status is None:
+            status = self._dfs()
+        return self._outcome(status, self.nodes)
+
+    def _dfs(self) -> Status:
+        """Depth-first search of the current part. FOUND leaves its items placed, their
+        undo records in `kept`; otherwise the state is as it was (unless ABORTED)."""
         stack = [_Frame(self._first(), self.spot)]
         while stack:
             fr = stack[-1]
             if fr.undo is not None:  # back from the subtree under fr's last try: it failed
+                self._unwind(fr.parts)
+                fr.parts = []
                 self._restore(fr.undo)
                 fr.undo = None
                 if fr.hatless:
@@ -155,22 +190,71 @@ class _Search:
                 continue
             k = fr.cands[fr.i]
             fr.i += 1
-            nodes += 1
-            if nodes > max_nodes or (nodes & 255 == 0 and time.perf_counter() > deadline):
-                return self._outcome(Status.ABORTED, nodes - 1)
+            self.nodes += 1
+            if self.nodes > self.max_nodes or (
+                self.nodes & 255 == 0 and time.perf_counter() > self.deadline
+            ):
+                self.nodes -= 1
+                return Status.ABORTED
+            self.zero = []
             fr.undo, fr.hatless, ok = self._step(k, fr.spot)
             if not ok:
                 continue
-            if self.placed == len(self.p.items):
-                return self._outcome(Status.FOUND, nodes)
+            if self.placed == self.goal:
+                self.kept = [u for f in stack for u in (f.undo, *f.parts) if u is not None]
+                return Status.FOUND
             if self._known_dead():
                 continue
+            if self.zero:
+                status, fr.parts = self._split(self.zero)
+                if status is Status.FOUND:
+                    self.kept = [u for f in stack for u in (f.undo, *f.parts) if u is not None]
+                    return status
+                if status is Status.ABORTED:
+                    return status
+                if status is Status.INFEASIBLE:
+                    self._exhausted()
+                    continue
             cands = self._next(k)
             if cands:
                 stack.append(_Frame(cands, self.spot))
             else:
                 self._exhausted()
-        return self._outcome(Status.INFEASIBLE, nodes)
+        return Status.INFEASIBLE
+
+    def _split(self, zero: list[int]) -> tuple[Status | None, list[Undo]]:
+        """The current part falls apart at the section boundaries `zero`: search every
+        piece that has items left on its own. None where only one piece has any (the part
+        goes on as it is); FOUND with the pieces' placements, else their status."""
+        first = self.p.first
+        edges = [self.s0, *sorted(zero), self.s1]
+        pieces: list[list[int]] = [[] for _ in range(len(edges) - 1)]
+        for k in self.part:
+            if self.off[k] < 0:
+                pieces[bisect.bisect_right(edges, first[k]) - 1].append(k)
+        if sum(1 for items in pieces if items) < 2:
+            return None, []
+        outer = self.s0, self.s1, self.part, self.goal
+        done: list[Undo] = []
+        status = Status.FOUND
+        for i, items in enumerate(pieces):
+            if not items:
+                continue
+            self.s0, self.s1, self.part = edges[i], edges[i + 1], items
+            self.goal = self.placed + len(items)
+            status = self._dfs()
+            if status is not Status.FOUND:
+                break
+            done += self.kept
+        self.s0, self.s1, self.part, self.goal = outer
+        if status is Status.INFEASIBLE:
+            self._unwind(done)
+            done = []
+        return status, done
+
+    def _unwind(self, undos: list[Undo]) -> None:
+        for undo in reversed(undos):
+            self._restore(undo)
 
     def _first(self) -> list[int]:
         return self._candidates(0, -1)
@@ -204,12 +288,13 @@ class _Search:
             ]
             cands.sort(key=self.try_key.__getitem__)
             return cands
-        rest = [k for k in self.order if off[k] < 0]
+        rest = [k for k in self.part if off[k] < 0]
         lowest_top = min([min_off[k] + size[k] for k in rest])
         cands = [
             k for k in rest if o <= min_off[k] < lowest_top and (min_off[k] > o or rk[k] > rank)
         ]
-        cands.sort(key=min_off.__getitem__)  # stable: ties stay in preorder
+        tk = self.try_key
+        cands.sort(key=lambda k: (min_off[k], tk[k]))  # lowest first; ties in the try order
         return cands
 
     def _corner(self) -> tuple[int, int] | None:
@@ -217,7 +302,8 @@ class _Search:
         has no byte to spare: the point must be covered, by an item starting there."""
         floor, left = self.floor, self.left
         lowest, at = -1, -1
-        for s, f in enumerate(floor):
+        for s in range(self.s0, self.s1):
+            f = floor[s]
             if left[s] and (at < 0 or f < lowest):
                 lowest, at = f, s
         if at < 0 or lowest + left[at] < self.cap:
@@ -245,8 +331,13 @@ class _Search:
             floors.append((s, floor[s]))
             floor[s] = top
             left[s] -= sz
+        cuts = self.cuts
+        for s in range(p.first[k], p.stop[k] - 1):
+            cuts[s] -= 1
+            if not cuts[s]:
+                self.zero.append(s + 1)
         undo = (k, raised, floors)
-        if top > self.cap or (self.MONOTONE and o + max(left) > self.cap):
+        if top > self.cap or (self.MONOTONE and o + max(left[self.s0 : self.s1]) > self.cap):
             return undo, hatless, False
         ok = self._raise_floors(k, raised, floors)
         if ok and self.energetic and raised:
@@ -338,15 +429,14 @@ class _Search:
                     out.append(s)
         return out
 
-    def _raise_stretch(self, a: int, b: int, f: int, count_done: bool) -> Undo:
+    def _raise_stretch(self, a: int, b: int, f: int) -> Undo:
         """Give sections [a, b) at floor f up: raise them to the lower of their higher
-        neighbours (a finished section counts as one only with count_done), or by the
-        smallest item left in section a."""
+        unfinished neighbours in the part, or by the smallest item left in section a."""
         floor, left = self.floor, self.left
         higher = [
             floor[s]
             for s in (a - 1, b)
-            if 0 <= s < len(floor) and (count_done or left[s]) and floor[s] > f
+            if self.s0 <= s < self.s1 and left[s] and floor[s] > f
         ]
         up = (
             min(higher)
@@ -368,6 +458,8 @@ class _Search:
         sz = p.size[k]
         for s in range(p.first[k], p.stop[k]):
             self.left[s] += sz
+        for s in range(p.first[k], p.stop[k] - 1):
+            self.cuts[s] += 1
         for j, m in reversed(raised):
             self.min_off[j] = m
         self.off[k] = -1
@@ -381,53 +473,18 @@ class _Search:
         return Outcome(status, offsets, height, nodes)
 
 
-class _Skyline(_Search):
-    """An incomplete but quick variant for finding packings: always fill the lowest,
-    leftmost point of the skyline with an item that starts there and fits under both
-    neighbours, or give that stretch up (raise it to its lower neighbour) and go on."""
+class _Canonical(_Search):
+    """The complete search in MiniMalloc's order: no corner rule; items at one offset go in
+    the try order, so the preorder decides which packings are met first (the corner rule
+    needs them by start). Which preorder finds a packing quickly differs from trace to
+    trace; improve.py takes turns between three."""
 
-    def _first(self) -> list[int]:
-        return self._fill()
+    def __init__(self, p: Problem, capacity: int, order: list[int]) -> None:
+        super().__init__(p, capacity, order)
+        self.rank = self.try_key
 
-    def _next(self, k: int) -> list[int]:
-        return self._fill()
-
-    def _step(self, k: int, spot: tuple[int, ...]) -> tuple[Undo, bool, bool]:
-        self.spot = spot  # where this try was listed: the state is back to what it was then
-        if k >= 0:
-            return self._place(k, spot[1])
-        undo = self._skip()
-        return undo, False, self._fits(undo[2])
-
-    def _fill(self) -> list[int]:
-        at, f, end = self._locate()
-        p, off, min_off, first, stop = self.p, self.off, self.min_off, self.p.first, self.p.stop
-        cands = [
-            k
-            for k in p.members[at]
-            if off[k] < 0 and first[k] == at and stop[k] <= end and min_off[k] <= f
-        ]
-        cands.sort(key=self.try_key.__getitem__)
-        if f + self.left[at] < self.cap:
-            cands.append(-1)  # there are bytes to spare here: leaving them empty is a try
-        return cands
-
-    def _locate(self) -> tuple[int, int, int]:
-        """The lowest, leftmost stretch of sections still to fill: (first, floor, stop)."""
-        floor, left, p = self.floor, self.left, self.p
-        at, f = -1, -1
-        for s, h in enumerate(floor):
-            if left[s] and (at < 0 or h < f):
-                f, at = h, s
-        end = at + 1
-        while end < p.n_sections and floor[end] == f:
-            end += 1
-        self.spot = (at, f, end)
-        return self.spot
-
-    def _skip(self) -> Undo:
-        at, f, end = self.spot
-        return self._raise_stretch(at, end, f, count_done=True)
+    def _corner(self) -> tuple[int, int] | None:
+        return None
 
 
 def decide(
@@ -436,12 +493,12 @@ def decide(
     max_nodes: int,
     deadline: float,
     order: list[int] | None = None,
-    complete: bool = True,
+    canonical: bool = False,
 ) -> Outcome:
     """Search for a packing of `p` within `capacity` bytes, trying candidates in `order`
-    (default: the "total" preorder); complete=False uses the quick skyline variant (its
-    INFEASIBLE means only "none found this way")."""
+    (default: the "total" preorder); canonical=True searches in MiniMalloc's order (no
+    corner rule). Both are complete: INFEASIBLE is a proof."""
     if not p.items:
         return Outcome(Status.FOUND, [0] * p.n, 0, 0)
-    kind = _Search if complete else _Skyline
+    kind = _Canonical if canonical else _Search
     return kind(p, capacity, order or p.preorder("total")).run(max_nodes, deadline)

@@ -109,11 +109,11 @@ class Valleys(_Search):
     def _choose(self) -> tuple[Spot, list[int] | None]:
         """The corner to branch on and its candidates in value order; None: a dead end."""
         floor, left, cap = self.floor, self.left, self.cap
-        n_sec = len(floor)
+        s0, n_sec = self.s0, self.s1  # the part's sections: its edges are walls
         best: Spot | None = None
         best_cands: list[int] = []
         lowest: tuple[int, int, int] | None = None  # open valley: (floor, first, stop)
-        s = 0
+        s = s0
         while s < n_sec:
             if not left[s]:
                 s += 1
@@ -124,7 +124,7 @@ class Valleys(_Search):
                 b += 1
             a = s
             s = b
-            if (a > 0 and left[a - 1] and floor[a - 1] < f) or (
+            if (a > s0 and left[a - 1] and floor[a - 1] < f) or (
                 b < n_sec and left[b] and floor[b] < f
             ):
                 continue  # a step, not a valley
@@ -167,9 +167,9 @@ class Valleys(_Search):
         if cands and cands[-1] < 0:
             return [*self._value_order(spot, cands[:-1]), -1]
         a, b, f, side = spot
-        floor, left, n_sec = self.floor, self.left, len(self.floor)
+        floor, left, n_sec = self.floor, self.left, self.s1
         size, first, stop, tie = self.p.size, self.p.first, self.p.stop, self.tie
-        left_h = floor[a - 1] if a > 0 and left[a - 1] else -1
+        left_h = floor[a - 1] if a > self.s0 and left[a - 1] else -1
         right_h = floor[b] if b < n_sec and left[b] else -1
 
         def key(k: int) -> tuple[int, int, float]:
@@ -188,7 +188,7 @@ class Valleys(_Search):
             b = a + 1
         elif side == -1:
             a = b - 1
-        return self._raise_stretch(a, b, f, count_done=False)
+        return self._raise_stretch(a, b, f)
 
 
 def find(
