@@ -18,9 +18,10 @@ the rest of its time in CP-SAT where OR-Tools is installed (cpsat.py), else in t
 search with no node limit, its time shared out between capacities.
 
 Determinism: the greedy passes are bought through a fixed cost model (work units counted
-by the first pass) and the search counts nodes, so with the default budget (which the node
-limit reaches first) the result depends only on the input and the limits. Only a search
-stopped by the clock depends on the machine.
+by the first pass) and the search counts nodes, so where the node limit comes before the
+clock (most traces with the default budget; not MiniMalloc's D and J, whose nodes are
+slow) the result depends only on the input and the limits. Only a search stopped by the
+clock depends on the machine.
 """
 
 from __future__ import annotations
