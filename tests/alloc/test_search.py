@@ -181,3 +181,35 @@ def test_touched_sections_by_sweep_are_those_of_the_walk(case: Items, extra: int
     if p.items:  # the search needs one item of nonzero size (decide returns before it)
         cap = load(lo, hi, size) + extra
         _Walks(p, cap, p.preorder("total")).run(3000, time.perf_counter() + 60)
+
+
+def test_minimallocs_preorders_weigh_lifetimes_in_time_steps() -> None:
+    # Both items span one section (nothing else cuts their lifetimes), but b lives 100x
+    # longer: W puts b first, though in sections the two are alike.
+    lo, hi, size = [0, 10], [0, 109], [8, 4]
+    p = Problem(lo, hi, size)
+    assert p.lifetime == [1, 100]
+    assert p.preorder("WAT") == [1, 0]
+    assert p.preorder("TAW") == [0, 1]  # T first: a's section holds 8 bytes, b's 4
+    assert p.preorder("width")[0] == 0  # by sections the tie goes to area: 8 x 1 > 4 x 1
+
+
+def test_pack_hands_the_search_the_traces_own_times(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pack renumbers sparse times for its greedy passes, but the search must see the
+    originals, or MiniMalloc's W and A preorders rank sections instead of time."""
+    from tensorplan.alloc.improve import improve
+
+    seen: list[list[int]] = []
+
+    def spy(lo: list[int], *args: object, **kw: object) -> object:
+        seen.append(list(lo))
+        return improve(lo, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("tensorplan.alloc.offline.improve", spy)
+    # a trace the greedy passes pack in 18 bytes against a bound of 17, times in 1000s
+    intervals = [(0, 4000, 8000, 1), (1, 2000, 7000, 4), (2, 4000, 7000, 4), (3, 4000, 7000, 2),
+                 (4, 6000, 7000, 6), (5, 1000, 4000, 8), (6, 2000, 6000, 4)]
+    packed = pack(intervals, max_nodes=1000)
+    assert seen, "the greedy reached the bound: no search to look at"
+    assert seen[0] == [s for _, s, _, _ in intervals]
+    assert packed.size == packed.lower_bound == 17 and packed.proven
