@@ -347,12 +347,21 @@ class _Search:
     def _energetic(self, raised: list[tuple[int, int]]) -> bool:
         """An unplaced item goes at or above its min offset, so in every section the items
         whose min offset is at least h must fit between h and the capacity. Checked where
-        a raised item now hangs above the section's floor."""
+        a raised item now hangs above the section's floor.
+
+        A placement raises min offsets to its top and no higher, so only thresholds h up
+        to top can have got worse, and for those the items at or above h weigh at most
+        the section's bytes left: where top + bytes left fits, so does every such h (the
+        rest held before, as every state the search reaches passed this check)."""
         p, off, min_off, size, cap = self.p, self.off, self.min_off, self.p.size, self.cap
         first, stop, floor, left = p.first, p.stop, self.floor, self.left
         top = min_off[raised[0][0]]
+        room = cap - top
         sections = {
-            s for j, _ in raised for s in range(first[j], stop[j]) if floor[s] < top and left[s]
+            s
+            for j, _ in raised
+            for s in range(first[j], stop[j])
+            if floor[s] < top and left[s] > room
         }
         for s in sections:
             f = floor[s]
