@@ -213,3 +213,21 @@ def test_pack_hands_the_search_the_traces_own_times(monkeypatch: pytest.MonkeyPa
     assert seen, "the greedy reached the bound: no search to look at"
     assert seen[0] == [s for _, s, _, _ in intervals]
     assert packed.size == packed.lower_bound == 17 and packed.proven
+
+
+def test_an_incomplete_search_giving_up_is_no_proof() -> None:
+    """The valley search, where bytes are spare, can run out of tries while a packing
+    exists; the bisection must not take that as a proof. (Found by a review: the round
+    robin stopped after 4 nodes, the valley search said "none" at 3, and improve called
+    the start's height 4 optimal.)"""
+    from tensorplan.alloc.improve import improve
+
+    lo, hi, size = [3, 1, 2, 5, 7], [9, 2, 6, 9, 12], [1, 2, 1, 1, 1]
+    p = Problem(lo, hi, size)
+    found = decide(p, 3, 10**6, time.perf_counter() + 60)
+    assert found.status is Status.FOUND and found.offsets is not None  # 3 fits
+    start = ([o + 1 for o in found.offsets], 4)
+    for nodes in range(0, 40):
+        out = improve(lo, hi, size, start, 3, nodes, time.perf_counter() + 60)
+        assert valid(lo, hi, size, out.offsets, out.height)
+        assert not (out.proven and out.height > 3), f"{nodes} nodes: height 4 called optimal"

@@ -1,10 +1,11 @@
 """From a heuristic packing to a better one, and where the search can, a proven optimum.
 
 A bisection on the capacity between what is known not to fit and the best packing found:
-each capacity is first tried with the fail-first valley search (restarted with varied try
-orders), then with complete searches taking turns (MiniMalloc's round robin: three
-preorders in its order and ours with the corner rule, the node limit doubling each round),
-whose "infeasible" is a proof. The lower bound (peak
+each capacity is first tried with complete searches taking turns (MiniMalloc's round
+robin: three preorders in its order and ours with the corner rule, the node limit
+doubling each round), whose "infeasible" is a proof, then with the fail-first valley
+search (restarted with varied try orders), whose "infeasible" is one only where every
+section is full. The lower bound (peak
 live bytes) is tried first: a packing there is optimal by definition.
 
 Work is counted in search nodes and the result depends only on the input and `max_nodes`;
@@ -97,7 +98,12 @@ def _attempt(p: Problem, cap: int, nodes: int, budget: _Budget, stop: float) -> 
     out = _round_robin(p, cap, nodes // 2, budget, stop)
     if out.status is not Status.ABORTED or time.perf_counter() > stop:
         return out
-    return _valley_restarts(p, cap, nodes - out.nodes, budget, stop)
+    out = _valley_restarts(p, cap, nodes - out.nodes, budget, stop)
+    if out.status is Status.INFEASIBLE and min(p.load, default=0) < cap:
+        # only where every section is full does the valley search lose no packing: its
+        # "none" elsewhere is no proof, and the bisection takes INFEASIBLE as one
+        return Outcome(Status.ABORTED, None, 0, out.nodes)
+    return out
 
 
 def _round_robin(p: Problem, cap: int, nodes: int, budget: _Budget, stop: float) -> Outcome:
