@@ -78,17 +78,17 @@ class Problem:
         others). "WAT", "TAW", "TWA": MiniMalloc's three, in time steps: W the lifetime,
         A the size x lifetime, T the busiest section, compared in the letters' order."""
         busiest = [max(self.load[self.first[k] : self.stop[k]], default=0) for k in range(self.n)]
-        width = [self.stop[k] - self.first[k] for k in range(self.n)]
-        area = [width[k] * self.size[k] for k in range(self.n)]
+        if key in ("total", "width", "area"):
+            width = [self.stop[k] - self.first[k] for k in range(self.n)]
+            area = [width[k] * self.size[k] for k in range(self.n)]
+            keys = {
+                "total": lambda k: (-busiest[k], -width[k], -area[k], k),
+                "width": lambda k: (-width[k], -area[k], -busiest[k], k),
+                "area": lambda k: (-area[k], -busiest[k], -width[k], k),
+            }
+            return sorted(self.items, key=keys[key])
         life = self.lifetime
         by = {"W": life, "A": [life[k] * self.size[k] for k in range(self.n)], "T": busiest}
-        keys = {
-            "total": lambda k: (-busiest[k], -width[k], -area[k], k),
-            "width": lambda k: (-width[k], -area[k], -busiest[k], k),
-            "area": lambda k: (-area[k], -busiest[k], -width[k], k),
-        }
-        if key in keys:
-            return sorted(self.items, key=keys[key])
         a, b, c = (by[ch] for ch in key)
         return sorted(self.items, key=lambda k: (-a[k], -b[k], -c[k], k))
 
@@ -201,14 +201,14 @@ class _Search:
             if not ok:
                 continue
             if self.placed == self.goal:
-                self.kept = [u for f in stack for u in (f.undo, *f.parts) if u is not None]
+                self._keep(stack)
                 return Status.FOUND
             if self._known_dead():
                 continue
             if self.zero:
                 status, fr.parts = self._split(self.zero)
                 if status is Status.FOUND:
-                    self.kept = [u for f in stack for u in (f.undo, *f.parts) if u is not None]
+                    self._keep(stack)
                     return status
                 if status is Status.ABORTED:
                     return status
@@ -221,6 +221,11 @@ class _Search:
             else:
                 self._exhausted()
         return Status.INFEASIBLE
+
+    def _keep(self, stack: list[_Frame]) -> None:
+        """The part is done: its placements, with those of any pieces split off on the
+        way, in the order they were made, go to `kept`."""
+        self.kept = [u for f in stack for u in (f.undo, *f.parts) if u is not None]
 
     def _split(self, zero: list[int]) -> tuple[Status | None, list[Undo]]:
         """The current part falls apart at the section boundaries `zero`: search every
