@@ -1,12 +1,15 @@
 """From a heuristic packing to a better one, and where the search can, a proven optimum.
 
-A bisection on the capacity between what is known not to fit and the best packing found:
-each capacity is first tried with complete searches taking turns (MiniMalloc's round
-robin: three preorders in its order and ours with the corner rule, the node limit
-doubling each round), whose "infeasible" is a proof, then with the fail-first valley
-search (restarted with varied try orders), whose "infeasible" is one only where every
-section is full. The lower bound (peak
-live bytes) is tried first: a packing there is optimal by definition.
+A bisection on the capacity between what is known not to fit and the best packing found.
+Each capacity is first tried on the merged problems (merge.py: items stacked or continued
+into blocks, a guess at the trace's structure whose packings are packings of the items),
+then on the items themselves: complete searches taking turns (MiniMalloc's round robin:
+three preorders in its order and ours with the corner rule, the node limit doubling each
+round), whose "infeasible" is a proof, then the fail-first valley search (restarted with
+varied try orders), whose "infeasible" is one only where every section is full. The lower
+bound (peak live bytes) is tried first: a packing there is optimal by definition. Where a
+bisection ends on capacities it gave up on unproven, with nodes and time left, it starts
+again between the proven floor and the best packing, its restarts tie-broken afresh.
 
 Work is counted in search nodes and the result depends only on the input and `max_nodes`;
 `deadline` (perf_counter seconds) is an extra wall-clock stop. With `split_time` (a search
@@ -21,6 +24,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tensorplan.alloc.merge import Merged, guesses
 from tensorplan.alloc.search import Outcome, Problem, Status, decide
 from tensorplan.alloc.valleys import find
 
@@ -28,6 +32,8 @@ VALLEY_NODES = 40  # per item, per valley restart: its finds took 1-30 per item
 # The complete searches that take turns: (preorder, MiniMalloc's order); each finds
 # packings on traces where the others do not (measured on MiniMalloc's challenging set).
 TURNS = (("TWA", True), ("WAT", True), ("TAW", True), ("total", False))
+BOUND_PART = 2  # the bound's attempt gets 1/BOUND_PART of the nodes (and time)
+GUESS_SHARE = 8  # each merged problem (merge.py) gets this fraction of a capacity's nodes
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +42,16 @@ class Improved:
     height: int
     proven: bool  # height is the optimum
     nodes: int  # search nodes spent
+
+
+@dataclass
+class _Guess:
+    """A merged problem and the highest capacity it found no packing in: below that it
+    is not tried again (a packing that did not turn up there is rarer still lower)."""
+
+    merged: Merged
+    problem: Problem
+    failed: int = -1
 
 
 @dataclass
@@ -63,31 +79,63 @@ def improve(
     if best <= bound:
         return Improved(offsets, best, True, 0)
     p = Problem(lo, hi, size)
+    merged = [_Guess(m, Problem(m.lo, m.hi, m.size)) for m in guesses(lo, hi, size)]
     budget = _Budget(max_nodes)
-    floor, proven_floor = bound, True  # capacities below `floor` are known not to fit
-    while floor < best and budget.left() > 0 and time.perf_counter() <= deadline:
-        cap = floor if floor == bound else (floor + best - 1) // 2
-        # the bound gets half the nodes: a packing there needs no further search
-        part = 2 if floor == bound else 4
-        stop = deadline
-        if split_time:
-            now = time.perf_counter()
-            stop = now + (deadline - now) / part
-        out = _attempt(p, cap, max(budget.left() // part, 1), budget, stop)
+    known = bound  # capacities below `known` are proven not to fit
+    sweep = 0  # a bisection that gave up on capacities unproven starts again, varied
+    while best > known and budget.left() > 0 and time.perf_counter() <= deadline:
+        floor, spent = known, budget.spent  # below `floor`: proven, or given up this sweep
+        while floor < best and budget.left() > 0 and time.perf_counter() <= deadline:
+            first = sweep == 0 and floor == bound
+            cap = floor if first else (floor + best - 1) // 2
+            # the bound gets half the nodes: a packing there needs no further search
+            part = BOUND_PART if first else 4
+            stop = deadline
+            if split_time:
+                now = time.perf_counter()
+                stop = now + (deadline - now) / part
+            out = _attempt(p, merged, cap, max(budget.left() // part, 1), budget, stop, sweep)
+            if out.status is Status.FOUND:
+                assert out.offsets is not None
+                offsets, best = out.offsets, out.height
+                continue
+            if out.status is Status.INFEASIBLE:  # a proof for every capacity up to cap
+                known = max(known, cap + 1)
+            floor = cap + 1
+        if budget.spent == spent:
+            break  # nothing searched: another sweep would not either
+        sweep += 1
+    return Improved(offsets, best, best <= known, budget.spent)
+
+
+def _attempt(
+    p: Problem, merged: list[_Guess], cap: int, nodes: int, budget: _Budget, stop: float,
+    sweep: int = 0,
+) -> Outcome:
+    """Does a packing fit in `cap`? First the merged problems (guessed structure, each with
+    1/GUESS_SHARE of the nodes: a packing of one is one of p; their "none" proves
+    nothing), then p itself with the rest; all give up at `stop` (perf_counter seconds)."""
+    spent = 0
+    for g in merged:
+        if cap <= g.failed:
+            continue
+        out = _search(g.problem, cap, max(nodes // GUESS_SHARE, 1), budget, stop)
+        spent += out.nodes
         if out.status is Status.FOUND:
             assert out.offsets is not None
-            offsets, best = out.offsets, out.height
-        else:
-            floor = cap + 1
-            proven_floor = proven_floor and out.status is Status.INFEASIBLE
-        if out.status is Status.ABORTED and budget.left() <= 0:
-            break
-    return Improved(offsets, best, best <= bound or (floor >= best and proven_floor), budget.spent)
+            return Outcome(Status.FOUND, g.merged.expand(out.offsets), out.height, spent)
+        g.failed = cap
+        if time.perf_counter() > stop:
+            return Outcome(Status.ABORTED, None, 0, spent)
+    out = _search(p, cap, max(nodes - spent, 1), budget, stop, sweep)
+    return Outcome(out.status, out.offsets, out.height, spent + out.nodes)
 
 
-def _attempt(p: Problem, cap: int, nodes: int, budget: _Budget, stop: float) -> Outcome:
-    """Does a packing fit in `cap`? The complete searches in turn with half the nodes,
-    then valley restarts with the rest; all give up at `stop` (perf_counter seconds).
+def _search(
+    p: Problem, cap: int, nodes: int, budget: _Budget, stop: float, sweep: int = 0
+) -> Outcome:
+    """The complete searches in turn with half the nodes, then valley restarts with the
+    rest.
 
     The complete searches go first because their nodes are the cheap ones (7-10 us on
     MiniMalloc's traces, where a valley node with the check by min offsets costs ~30);
@@ -98,12 +146,13 @@ def _attempt(p: Problem, cap: int, nodes: int, budget: _Budget, stop: float) -> 
     out = _round_robin(p, cap, nodes // 2, budget, stop)
     if out.status is not Status.ABORTED or time.perf_counter() > stop:
         return out
-    out = _valley_restarts(p, cap, nodes - out.nodes, budget, stop)
-    if out.status is Status.INFEASIBLE and min(p.load, default=0) < cap:
+    rest = _valley_restarts(p, cap, nodes - out.nodes, budget, stop, sweep)
+    spent = out.nodes + rest.nodes
+    if rest.status is Status.INFEASIBLE and min(p.load, default=0) < cap:
         # only where every section is full does the valley search lose no packing: its
         # "none" elsewhere is no proof, and the bisection takes INFEASIBLE as one
-        return Outcome(Status.ABORTED, None, 0, out.nodes)
-    return out
+        return Outcome(Status.ABORTED, None, 0, spent)
+    return Outcome(rest.status, rest.offsets, rest.height, spent)
 
 
 def _round_robin(p: Problem, cap: int, nodes: int, budget: _Budget, stop: float) -> Outcome:
@@ -131,7 +180,9 @@ def _round_robin(p: Problem, cap: int, nodes: int, budget: _Budget, stop: float)
     return Outcome(out.status, out.offsets, out.height, spent)
 
 
-def _valley_restarts(p: Problem, cap: int, nodes: int, budget: _Budget, stop: float) -> Outcome:
+def _valley_restarts(
+    p: Problem, cap: int, nodes: int, budget: _Budget, stop: float, sweep: int = 0
+) -> Outcome:
     """The fail-first valley search, restarted with seeded tie orders, alternately
     branching only on corners that must be filled and on every corner (with giving its
     section up as the last try where bytes are spare); where no section is tight, every
@@ -150,11 +201,12 @@ def _valley_restarts(p: Problem, cap: int, nodes: int, budget: _Budget, stop: fl
     dead: dict[bool, set[int]] = {}
     spent, seed = 0, 0
     out = Outcome(Status.ABORTED, None, 0, 0)
+    base = 0x5EED * sweep  # a later sweep's restarts tie-break afresh
     while spent < nodes:
         every_corner = none_tight or seed % 2 == 1
         table = dead.setdefault(every_corner and not all_full, set())
         left = min(limit, nodes - spent)
-        out = find(p, cap, left, stop, order, seed // 2, every_corner, table, energetic)
+        out = find(p, cap, left, stop, order, base + seed // 2, every_corner, table, energetic)
         spent += out.nodes
         budget.spent += out.nodes
         seed += 1

@@ -1,0 +1,107 @@
+"""Merged problems (guessed structure): every packing of one is a packing of the originals,
+a wrong guess costs nodes but never a packing or a false proof, and on cut rectangles the
+guesses rebuild the rectangle."""
+
+from __future__ import annotations
+
+import time
+from itertools import accumulate
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tensorplan.alloc.improve import _attempt, _Budget, _Guess, improve
+from tensorplan.alloc.merge import GUESSES, Merged, guesses, merge
+from tensorplan.alloc.offline import load, solve
+from tensorplan.alloc.search import Problem, Status, decide
+
+from .test_pack import cut_rectangle
+from .test_search import Items, items, valid
+
+
+def _trace(intervals: list[tuple[str, int, int, int]]) -> Items:
+    return [s for _, s, _, _ in intervals], [e - 1 for _, _, e, _ in intervals], [
+        z for *_, z in intervals
+    ]
+
+
+@settings(max_examples=150, deadline=None)
+@given(items(max_n=30, max_t=12), st.sampled_from(GUESSES))
+def test_a_packing_of_the_blocks_is_one_of_the_items(case: Items, guess: tuple) -> None:
+    lo, hi, size = case
+    _, max_stack, chain = guess
+    m = merge(lo, hi, size, max_stack, chain)
+    listed = sorted(k for block in m.members for k, _ in block)
+    assert listed == [k for k in range(len(size)) if size[k] > 0]  # each item once
+    for a, e, z, block in zip(m.lo, m.hi, m.size, m.members, strict=True):
+        for k, rel in block:  # inside its block's rectangle
+            assert a <= lo[k] and hi[k] <= e and 0 <= rel and rel + size[k] <= z
+    # the blocks stacked one on another, and packed by the search: both hold for the items
+    stacked = [0, *accumulate(m.size)][:-1]
+    assert valid(lo, hi, size, m.expand(stacked), sum(m.size))
+    q = Problem(m.lo, m.hi, m.size)
+    out = decide(q, sum(m.size), 10**5, time.perf_counter() + 60)
+    assert out.status is Status.FOUND and out.offsets is not None
+    assert valid(lo, hi, size, m.expand(out.offsets), out.height)
+    assert merge(lo, hi, size, max_stack, chain) == m  # deterministic
+
+
+def test_same_times_stack_and_same_sizes_continue() -> None:
+    # a and b live over the same steps; c (the size of a + b) takes over where they end
+    lo, hi, size = [0, 0, 3], [2, 2, 5], [3, 4, 7]
+    m = merge(lo, hi, size, 0, True)
+    assert (m.lo, m.hi, m.size) == ([0], [5], [7])
+    assert sorted(m.expand([10])) == [10, 10, 14]  # b (4 bytes) under a, c at the bottom
+    # stacking nothing, only continuing: c's size matches neither a nor b
+    assert len(merge(lo, hi, size, 1, True).size) == 3
+
+
+def test_an_ambiguous_continuation_is_left_to_the_search() -> None:
+    # two items of a's size start the step after it ends: which one continues it is a
+    # real choice, so neither is merged
+    lo, hi, size = [0, 3, 3], [2, 5, 4], [5, 5, 5]
+    assert len(merge(lo, hi, size, 1, True).size) == 3
+    assert len(merge(lo, hi, size[:2] + [6], 1, True).size) == 2
+
+
+def test_guesses_that_merge_nothing_or_repeat_one_are_left_out() -> None:
+    assert guesses([0, 5], [1, 6], [3, 4]) == []  # nothing shares times or continues
+    # stacking pairs and stacking all merge alike where every group is a pair; continuing
+    # alone merges nothing here (c matches neither a nor b)
+    assert [g.size for g in guesses([0, 0, 3], [2, 2, 5], [3, 4, 7])] == [[7]]
+    # here continuing alone merges a into c, and stacking a with b instead
+    found = guesses([0, 0, 3], [2, 2, 5], [3, 4, 3])
+    assert [sorted(len(b) for b in g.members) for g in found] == [[1, 2], [1, 2]]
+    assert found[0].members != found[1].members
+
+
+def test_cut_rectangles_are_rebuilt_at_the_bound() -> None:
+    for seed in range(6):
+        lo, hi, size = _trace(cut_rectangle(seed, depth=7))
+        bound = load(lo, hi, size)
+        blocks = guesses(lo, hi, size)[0]
+        assert len(blocks.size) < len(size) // 2
+        packed = solve(lo, hi, size, max_nodes=2000)
+        assert valid(lo, hi, size, packed.offsets, packed.total)
+        assert packed.total == bound and packed.proven
+
+
+def test_a_wrong_guess_costs_nodes_not_the_answer() -> None:
+    # a guess that cannot fit anywhere near the bound (one block as tall as all items): its
+    # "none" must neither stop the search of the items nor count as a proof
+    lo, hi, size = _trace(cut_rectangle(3, depth=5))
+    bound = load(lo, hi, size)
+    p = Problem(lo, hi, size)
+    n = len(size)
+    wrong = Merged([min(lo)], [max(hi)], [sum(size)], [[(k, 0) for k in range(n)]], n)
+    guess = _Guess(wrong, Problem(wrong.lo, wrong.hi, wrong.size))
+    out = _attempt(p, [guess], bound, 4000, _Budget(4000), time.perf_counter() + 60)
+    assert out.status is Status.FOUND and out.offsets is not None
+    assert valid(lo, hi, size, out.offsets, bound) and guess.failed == bound
+    out = _attempt(p, [guess], bound - 1, 4000, _Budget(4000), time.perf_counter() + 60)
+    assert out.status is Status.INFEASIBLE  # the proof is the items' own search
+    # improve with the wrong guess (and the real ones) still proves the bound
+    start = ([0, *accumulate(size)][:-1], sum(size))
+    found = improve(lo, hi, size, start, bound, 4000, time.perf_counter() + 60)
+    assert found.height == bound and found.proven
+    assert valid(lo, hi, size, found.offsets, found.height)
