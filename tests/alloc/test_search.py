@@ -231,3 +231,36 @@ def test_an_incomplete_search_giving_up_is_no_proof() -> None:
         out = improve(lo, hi, size, start, 3, nodes, time.perf_counter() + 60)
         assert valid(lo, hi, size, out.offsets, out.height)
         assert not (out.proven and out.height > 3), f"{nodes} nodes: height 4 called optimal"
+
+
+def test_a_bisection_that_gave_up_sweeps_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Capacities given up on without proof are tried again with the nodes left: the
+    first sweep's attempts all fail, the second finds a packing, and only an attempt's
+    INFEASIBLE moves the proven floor."""
+    from tensorplan.alloc import improve as imp
+
+    lo, hi, size = [0, 0, 1], [1, 0, 1], [2, 1, 1]  # bound 3
+    calls: list[tuple[int, int]] = []
+
+    def attempt(p, merged, cap, nodes, budget, stop, sweep=0):  # type: ignore[no-untyped-def]
+        calls.append((sweep, cap))
+        budget.spent += 1
+        if sweep == 1 and cap == 3:
+            return imp.Outcome(Status.FOUND, [0, 2, 2], 3, 1)
+        return imp.Outcome(Status.ABORTED, None, 0, 1)
+
+    monkeypatch.setattr(imp, "_attempt", attempt)
+    out = imp.improve(lo, hi, size, ([0, 2, 3], 4), 3, 100, time.perf_counter() + 60)
+    assert calls == [(0, 3), (1, 3)]
+    assert out.height == 3 and out.proven  # at the bound: optimal by definition
+    calls.clear()
+
+    def refuted(p, merged, cap, nodes, budget, stop, sweep=0):  # type: ignore[no-untyped-def]
+        calls.append((sweep, cap))
+        budget.spent += 1
+        return imp.Outcome(Status.INFEASIBLE if cap == 3 else Status.ABORTED, None, 0, 1)
+
+    monkeypatch.setattr(imp, "_attempt", refuted)
+    out = imp.improve(lo, hi, size, ([0, 2, 3], 5), 3, 100, time.perf_counter() + 60)
+    # 3 proven infeasible, 4 given up: the next sweep starts at the proven floor, 4 again
+    assert calls[:3] == [(0, 3), (0, 4), (1, 4)] and out.height == 5 and not out.proven
