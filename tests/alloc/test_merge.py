@@ -7,13 +7,14 @@ from __future__ import annotations
 import time
 from itertools import accumulate
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tensorplan.alloc.improve import _attempt, _Budget, _Guess, improve
 from tensorplan.alloc.merge import GUESSES, Merged, guesses, merge
-from tensorplan.alloc.offline import load, solve
-from tensorplan.alloc.search import Problem, Status, decide
+from tensorplan.alloc.offline import load
+from tensorplan.alloc.search import Outcome, Problem, Status, decide
 
 from .test_pack import cut_rectangle
 from .test_search import Items, items, valid
@@ -75,15 +76,29 @@ def test_guesses_that_merge_nothing_or_repeat_one_are_left_out() -> None:
     assert found[0].members != found[1].members
 
 
-def test_cut_rectangles_are_rebuilt_at_the_bound() -> None:
+def test_cut_rectangles_are_rebuilt_at_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tensorplan.alloc import improve as imp
+
+    found_on: list[Problem] = []
+    search = imp._search
+
+    def spy(q: Problem, *args: object) -> Outcome:
+        out = search(q, *args)  # type: ignore[arg-type]
+        if out.status is Status.FOUND:
+            found_on.append(q)
+        return out
+
+    monkeypatch.setattr(imp, "_search", spy)
     for seed in range(6):
         lo, hi, size = _trace(cut_rectangle(seed, depth=7))
         bound = load(lo, hi, size)
-        blocks = guesses(lo, hi, size)[0]
-        assert len(blocks.size) < len(size) // 2
-        packed = solve(lo, hi, size, max_nodes=2000)
-        assert valid(lo, hi, size, packed.offsets, packed.total)
-        assert packed.total == bound and packed.proven
+        merged = [_Guess(m, Problem(m.lo, m.hi, m.size)) for m in guesses(lo, hi, size)]
+        assert len(merged[0].merged.size) < len(size) // 2
+        p = Problem(lo, hi, size)
+        out = _attempt(p, merged, bound, 10_000, _Budget(10_000), time.perf_counter() + 60)
+        assert out.status is Status.FOUND and out.offsets is not None
+        assert valid(lo, hi, size, out.offsets, bound)
+        assert found_on[-1] in [g.problem for g in merged]  # a merged problem's packing
 
 
 def test_a_wrong_guess_costs_nodes_not_the_answer() -> None:
@@ -98,8 +113,9 @@ def test_a_wrong_guess_costs_nodes_not_the_answer() -> None:
     out = _attempt(p, [guess], bound, 4000, _Budget(4000), time.perf_counter() + 60)
     assert out.status is Status.FOUND and out.offsets is not None
     assert valid(lo, hi, size, out.offsets, bound) and guess.failed == bound
-    out = _attempt(p, [guess], bound - 1, 4000, _Budget(4000), time.perf_counter() + 60)
-    assert out.status is Status.INFEASIBLE  # the proof is the items' own search
+    fresh = _Guess(wrong, guess.problem)  # not skipped: its own "none" must not count
+    out = _attempt(p, [fresh], bound - 1, 4000, _Budget(4000), time.perf_counter() + 60)
+    assert out.status is Status.INFEASIBLE and fresh.failed == bound - 1  # the items' proof
     # improve with the wrong guess (and the real ones) still proves the bound
     start = ([0, *accumulate(size)][:-1], sum(size))
     found = improve(lo, hi, size, start, bound, 4000, time.perf_counter() + 60)

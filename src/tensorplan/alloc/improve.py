@@ -11,8 +11,11 @@ bound (peak live bytes) is tried first: a packing there is optimal by definition
 bisection ends on capacities it gave up on unproven, with nodes and time left, it starts
 again between the proven floor and the best packing, its restarts tie-broken afresh.
 
-Work is counted in search nodes and the result depends only on the input and `max_nodes`;
-`deadline` (perf_counter seconds) is an extra wall-clock stop. With `split_time` (a search
+Work is counted in search nodes, and where the nodes run out before any clock stop the
+result depends only on the input and `max_nodes`; `deadline` (perf_counter seconds) is an
+extra wall-clock stop, and each stage of an attempt stops at its share of the time to it,
+so on a trace whose nodes are slow a stage may end on its share of the clock before its
+nodes, and the result then depends on the machine. With `split_time` (a search
 bounded by the clock alone) the time is shared out like the nodes: the bound's attempt
 gets half of it, each later capacity a quarter of what is left, so the bisection moves up
 from the bound instead of spending every second there.
