@@ -99,10 +99,7 @@ def improve(
             cap = floor if first else (floor + best - 1) // 2
             # the bound gets half the nodes: a packing there needs no further search
             part = BOUND_PART if first else 4
-            stop = deadline
-            if split_time:
-                now = time.perf_counter()
-                stop = now + (deadline - now) / part
+            stop = _share(deadline, part) if split_time else deadline
             out = _attempt(p, merged, cap, max(budget.left() // part, 1), budget, stop, sweep)
             if out.status is Status.FOUND:
                 assert out.offsets is not None
