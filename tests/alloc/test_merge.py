@@ -30,8 +30,8 @@ def _trace(intervals: list[tuple[str, int, int, int]]) -> Items:
 @given(items(max_n=30, max_t=12), st.sampled_from(GUESSES))
 def test_a_packing_of_the_blocks_is_one_of_the_items(case: Items, guess: tuple) -> None:
     lo, hi, size = case
-    _, max_stack, chain = guess
-    m = merge(lo, hi, size, max_stack, chain)
+    _, max_stack = guess
+    m = merge(lo, hi, size, max_stack)
     listed = sorted(k for block in m.members for k, _ in block)
     assert listed == [k for k in range(len(size)) if size[k] > 0]  # each item once
     for a, e, z, block in zip(m.lo, m.hi, m.size, m.members, strict=True):
@@ -44,25 +44,25 @@ def test_a_packing_of_the_blocks_is_one_of_the_items(case: Items, guess: tuple) 
     out = decide(q, sum(m.size), 10**5, time.perf_counter() + 60)
     assert out.status is Status.FOUND and out.offsets is not None
     assert valid(lo, hi, size, m.expand(out.offsets), out.height)
-    assert merge(lo, hi, size, max_stack, chain) == m  # deterministic
+    assert merge(lo, hi, size, max_stack) == m  # deterministic
 
 
 def test_same_times_stack_and_same_sizes_continue() -> None:
     # a and b live over the same steps; c (the size of a + b) takes over where they end
     lo, hi, size = [0, 0, 3], [2, 2, 5], [3, 4, 7]
-    m = merge(lo, hi, size, 0, True)
+    m = merge(lo, hi, size, 0)
     assert (m.lo, m.hi, m.size) == ([0], [5], [7])
     assert sorted(m.expand([10])) == [10, 10, 14]  # b (4 bytes) under a, c at the bottom
     # stacking nothing, only continuing: c's size matches neither a nor b
-    assert len(merge(lo, hi, size, 1, True).size) == 3
+    assert len(merge(lo, hi, size, 1).size) == 3
 
 
 def test_an_ambiguous_continuation_is_left_to_the_search() -> None:
     # two items of a's size start the step after it ends: which one continues it is a
     # real choice, so neither is merged
     lo, hi, size = [0, 3, 3], [2, 5, 4], [5, 5, 5]
-    assert len(merge(lo, hi, size, 1, True).size) == 3
-    assert len(merge(lo, hi, size[:2] + [6], 1, True).size) == 2
+    assert len(merge(lo, hi, size, 1).size) == 3
+    assert len(merge(lo, hi, size[:2] + [6], 1).size) == 2
 
 
 def test_guesses_that_merge_nothing_or_repeat_one_are_left_out() -> None:

@@ -19,8 +19,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-# (name, how many items one stack may take at once, whether same-size items continue)
-GUESSES = (("stack-all", 0, True), ("stack-pairs", 2, True), ("continue", 1, True))
+# (name, how many items one stack may take at once: 0 any, 1 none); every guess continues
+GUESSES = (("stack-all", 0), ("stack-pairs", 2), ("continue", 1))
 
 Member = tuple[int, int]  # (original item, offset inside the block)
 # Each round merges what the last one made; a cut rectangle of 500 pieces took 10 rounds.
@@ -48,13 +48,13 @@ class Merged:
 
 
 def merge(
-    lo: Sequence[int], hi: Sequence[int], size: Sequence[int], max_stack: int, chain: bool
+    lo: Sequence[int], hi: Sequence[int], size: Sequence[int], max_stack: int
 ) -> Merged:
     """Merge until nothing merges: items over the same times into stacks (groups of at most
-    `max_stack` items, 0 for any; 1 stacks nothing), and with `chain`, an item into the one
-    of the same size that starts the step after it ends, where each is the other's only
-    such match (random sizes rarely match by chance; equal ones often do); at most
-    MAX_ROUNDS rounds. Deterministic: the result depends only on the input."""
+    `max_stack` items, 0 for any; 1 stacks nothing), and an item into the one of the same
+    size that starts the step after it ends, where each is the other's only such match
+    (random sizes rarely match by chance; equal ones often do); at most MAX_ROUNDS rounds.
+    Deterministic: the result depends only on the input."""
     blocks: dict[int, tuple[int, int, int, list[Member]]] = {
         k: (lo[k], hi[k], size[k], [(k, 0)]) for k in range(len(size)) if size[k] > 0
     }
@@ -77,8 +77,6 @@ def merge(
                 height += z
             blocks[fresh] = (a, e, height, stacked)
             fresh, changed = fresh + 1, True
-        if not chain:
-            continue
         starting: dict[tuple[int, int], list[int]] = defaultdict(list)
         ending: dict[tuple[int, int], list[int]] = defaultdict(list)
         for b, (a, e, z, _) in blocks.items():
@@ -108,8 +106,8 @@ def guesses(lo: Sequence[int], hi: Sequence[int], size: Sequence[int]) -> list[M
     or came out the same as one before it."""
     items = sum(1 for z in size if z > 0)
     out: list[Merged] = []
-    for _, max_stack, chain in GUESSES:
-        m = merge(lo, hi, size, max_stack, chain)
+    for _, max_stack in GUESSES:
+        m = merge(lo, hi, size, max_stack)
         if len(m.size) < items and all(m.members != g.members for g in out):
             out.append(m)
     return out
