@@ -35,6 +35,8 @@ VALLEY_NODES = 40  # per item, per valley restart: its finds took 1-30 per item
 # The complete searches that take turns: (preorder, MiniMalloc's order); each finds
 # packings on traces where the others do not (measured on MiniMalloc's challenging set).
 TURNS = (("TWA", True), ("WAT", True), ("TAW", True), ("total", False))
+# The valley restarts' tie orders, in turn: each found packings the others did not
+VALLEY_ORDERS = ("total", "TAW", "area")
 BOUND_PART = 2  # the bound's attempt gets 1/BOUND_PART of the nodes (and time)
 # A sweep ends where the best packing is within 1/SWEEP_GAP of the bound above a floor it
 # gave up on: on a 558-buffer grid the bisection went on in ever shorter attempts (a
@@ -199,12 +201,13 @@ def _round_robin(p: Problem, cap: int, nodes: int, budget: _Budget, stop: float)
 def _valley_restarts(
     p: Problem, cap: int, nodes: int, budget: _Budget, stop: float, sweep: int = 0
 ) -> Outcome:
-    """The fail-first valley search, restarted with seeded tie orders, alternately
+    """The fail-first valley search, restarted with tie orders from three preorders in
+    turn (then the same, jittered: valleys.py), alternately
     branching only on corners that must be filled and on every corner (with giving its
     section up as the last try where bytes are spare); where no section is tight, every
     corner always. The outcome carries the nodes it spent in all."""
     limit = max(VALLEY_NODES * len(p.items), 64)
-    order = p.preorder("total")
+    orders = [p.preorder(key) for key in VALLEY_ORDERS]
     none_tight = max(p.load, default=0) < cap
     # A state's subtree is the same set of tries whatever their order, so the states one
     # restart searched through in vain are dead for the next in the same mode; where every
@@ -222,7 +225,11 @@ def _valley_restarts(
         every_corner = none_tight or seed % 2 == 1
         table = dead.setdefault(every_corner and not all_full, set())
         left = min(limit, nodes - spent)
-        out = find(p, cap, left, stop, order, base + seed // 2, every_corner, table, energetic)
+        # restart r: preorder r mod 3 (the tie order), jittered from its second round on
+        run = seed if none_tight else seed // 2
+        order = orders[run % len(orders)]
+        jitter = run // len(orders)
+        out = find(p, cap, left, stop, order, base + jitter, every_corner, table, energetic)
         spent += out.nodes
         budget.spent += out.nodes
         seed += 1
