@@ -242,7 +242,7 @@ def test_a_bisection_that_gave_up_sweeps_again(monkeypatch: pytest.MonkeyPatch) 
     lo, hi, size = [0, 0, 1], [1, 0, 1], [2, 1, 1]  # bound 3
     calls: list[tuple[int, int]] = []
 
-    def attempt(p, merged, cap, nodes, budget, stop, sweep=0):  # type: ignore[no-untyped-def]
+    def attempt(p, merged, cap, nodes, budget, stop, sweep=0, above=False):  # type: ignore[no-untyped-def]
         calls.append((sweep, cap))
         budget.spent += 1
         if sweep == 1 and cap == 3:
@@ -255,7 +255,7 @@ def test_a_bisection_that_gave_up_sweeps_again(monkeypatch: pytest.MonkeyPatch) 
     assert out.height == 3 and out.proven  # at the bound: optimal by definition
     calls.clear()
 
-    def refuted(p, merged, cap, nodes, budget, stop, sweep=0):  # type: ignore[no-untyped-def]
+    def refuted(p, merged, cap, nodes, budget, stop, sweep=0, above=False):  # type: ignore[no-untyped-def]
         calls.append((sweep, cap))
         budget.spent += 1
         return imp.Outcome(Status.INFEASIBLE if cap == 3 else Status.ABORTED, None, 0, 1)

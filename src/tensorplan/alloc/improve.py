@@ -32,6 +32,10 @@ from tensorplan.alloc.search import Outcome, Problem, Status, decide
 from tensorplan.alloc.valleys import find
 
 VALLEY_NODES = 40  # per item, per valley restart: its finds took 1-30 per item
+# The same where every section is full: there the finds came at 1-5 per item (pinwheel,
+# 300 and 500 buffers, at the bound), in one of the later tie orders, which 40 per item
+# reached only after the bound's share of the nodes was spent
+TIGHT_NODES = 10
 # The complete searches that take turns: (preorder, MiniMalloc's order); each finds
 # packings on traces where the others do not (measured on MiniMalloc's challenging set).
 TURNS = (("TWA", True), ("WAT", True), ("TAW", True), ("total", False))
@@ -102,7 +106,8 @@ def improve(
             # the bound gets half the nodes: a packing there needs no further search
             part = BOUND_PART if first else 4
             stop = _share(deadline, part) if split_time else deadline
-            out = _attempt(p, merged, cap, max(budget.left() // part, 1), budget, stop, sweep)
+            out = _attempt(p, merged, cap, max(budget.left() // part, 1), budget, stop, sweep,
+                           cap > bound)
             if out.status is Status.FOUND:
                 assert out.offsets is not None
                 offsets, best = out.offsets, out.height
@@ -118,11 +123,12 @@ def improve(
 
 def _attempt(
     p: Problem, merged: list[_Guess], cap: int, nodes: int, budget: _Budget, stop: float,
-    sweep: int = 0,
+    sweep: int = 0, above: bool = False,
 ) -> Outcome:
     """Does a packing fit in `cap`? First the merged problems (guessed structure, each with
     1/GUESS_SHARE of the nodes: a packing of one is one of p; their "none" proves
-    nothing), then p itself with the rest; all give up at `stop` (perf_counter seconds)."""
+    nothing), then p itself with the rest; all give up at `stop` (perf_counter seconds).
+    `above`: cap is above the lower bound."""
     spent = 0
     for g in merged:
         if cap <= g.failed:
@@ -136,15 +142,17 @@ def _attempt(
         g.failed = cap
         if time.perf_counter() > stop:
             return Outcome(Status.ABORTED, None, 0, spent)
-    out = _search(p, cap, max(nodes - spent, 1), budget, stop, sweep)
+    out = _search(p, cap, max(nodes - spent, 1), budget, stop, sweep, 4 if above else 2)
     return Outcome(out.status, out.offsets, out.height, spent + out.nodes)
 
 
 def _search(
-    p: Problem, cap: int, nodes: int, budget: _Budget, stop: float, sweep: int = 0
+    p: Problem, cap: int, nodes: int, budget: _Budget, stop: float, sweep: int = 0,
+    part: int = 2,
 ) -> Outcome:
-    """The complete searches in turn with half the nodes, then valley restarts with the
-    rest.
+    """The complete searches in turn with 1/part of the nodes, then valley restarts with
+    the rest. (Above the bound the items' complete searches get a quarter: on the 24 cut
+    rectangles and MiniMalloc's 11 they found no packing there, the valley search all.)
 
     The complete searches go first because their nodes are the cheap ones (7-10 us on
     MiniMalloc's traces, where a valley node with the check by min offsets costs ~30);
@@ -152,7 +160,7 @@ def _search(
     (A skyline search restarted with jittered orders used to sit between the two: on the
     11 MiniMalloc traces and 16 cut rectangles it found no packing that the valley search
     did not find first, with 200k nodes each, so its nodes went to the complete searches.)"""
-    out = _round_robin(p, cap, nodes // 2, budget, _share(stop, 2))
+    out = _round_robin(p, cap, nodes // part, budget, _share(stop, part))
     if out.status is not Status.ABORTED or time.perf_counter() > stop:
         return out
     rest = _valley_restarts(p, cap, nodes - out.nodes, budget, stop, sweep)
@@ -207,6 +215,7 @@ def _valley_restarts(
     section up as the last try where bytes are spare); where no section is tight, every
     corner always. The outcome carries the nodes it spent in all."""
     limit = max(VALLEY_NODES * len(p.items), 64)
+    tight_limit = max(TIGHT_NODES * len(p.items), 64)
     orders = [p.preorder(key) for key in VALLEY_ORDERS]
     none_tight = max(p.load, default=0) < cap
     # A state's subtree is the same set of tries whatever their order, so the states one
@@ -224,9 +233,10 @@ def _valley_restarts(
     while spent < nodes:
         every_corner = none_tight or seed % 2 == 1
         table = dead.setdefault(every_corner and not all_full, set())
-        left = min(limit, nodes - spent)
-        # restart r: preorder r mod 3 (the tie order), jittered from its second round on
-        run = seed if none_tight else seed // 2
+        left = min(tight_limit if all_full else limit, nodes - spent)
+        # restart r: preorder r mod 3 (the tie order), jittered from its second round on;
+        # where the two modes differ, each order runs in both
+        run = seed if none_tight or all_full else seed // 2
         order = orders[run % len(orders)]
         jitter = run // len(orders)
         out = find(p, cap, left, stop, order, base + jitter, every_corner, table, energetic)
