@@ -187,3 +187,53 @@ def test_a_reset_table_only_forgets(seed: int, monkeypatch: pytest.MonkeyPatch) 
     small = Valleys(p, cap, order).run(10**6, time.perf_counter() + 60)
     assert small.status is full.status is Status.FOUND
     assert small.offsets == full.offsets and small.nodes >= full.nodes
+
+
+def test_a_restarts_ties_are_the_order_nudged_not_shuffled() -> None:
+    # seed 0 breaks ties in the caller's order; a seed moves each rank by a seeded
+    # Gaussian of JITTER x the item count, so the order is mostly kept (a shuffle keeps
+    # nothing of it) and the same seed gives the same ties
+    lo, hi, size = _columns(cut_rectangle(4, depth=8))
+    p = Problem(lo, hi, size)
+    order = p.preorder("TAW")
+    rank = {k: r for r, k in enumerate(order)}
+
+    def ranked(seed: int) -> list[int]:
+        tie = Valleys(p, load(lo, hi, size), order, seed).tie
+        return sorted(p.items, key=tie.__getitem__)
+
+    assert ranked(0) == order
+    assert ranked(3) == ranked(3) != ranked(4)
+    n = len(p.items)
+    moved = [abs(r - rank[k]) for r, k in enumerate(ranked(3))]
+    assert 0 < sum(moved) / n < 3 * valleys.JITTER * n  # a shuffle moves ranks ~n/3
+
+
+def test_restarts_take_the_preorders_in_turn_then_jittered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tensorplan.alloc import improve as imp
+
+    lo, hi, size = _columns(cut_rectangle(2, depth=6, width=200, span=30))
+    p = Problem(lo, hi, size)
+    runs: list[tuple[list[int], int, int]] = []
+
+    def spy(q, cap, nodes, stop, order, seed, *rest):  # type: ignore[no-untyped-def]
+        runs.append((order, seed, nodes))
+        return imp.Outcome(Status.ABORTED, None, 0, nodes)
+
+    monkeypatch.setattr(imp, "find", spy)
+    orders = [p.preorder(key) for key in imp.VALLEY_ORDERS]
+    n = len(p.items)
+    # where every section is full (the bound of a cut rectangle): one run per order, short
+    imp._valley_restarts(p, load(lo, hi, size), 8 * imp.TIGHT_NODES * n, imp._Budget(10**9),
+                         time.perf_counter() + 60)  # fmt: skip
+    assert [(o, s) for o, s, _ in runs[:6]] == [(o, s) for s in (0, 1) for o in orders]
+    assert all(nodes <= max(imp.TIGHT_NODES * n, 64) for *_, nodes in runs)
+    runs.clear()
+    # where bytes are spare and no section is tight: every corner, the long limit
+    imp._valley_restarts(p, load(lo, hi, size) + 50, 4 * imp.VALLEY_NODES * n,
+                         imp._Budget(10**9), time.perf_counter() + 60)  # fmt: skip
+    assert [(o, s) for o, s, _ in runs] == [(orders[0], 0), (orders[1], 0), (orders[2], 0),
+                                            (orders[0], 1)]  # fmt: skip
+    assert [nodes for *_, nodes in runs] == [imp.VALLEY_NODES * n] * 4
