@@ -142,7 +142,10 @@ def _attempt(
         g.failed = cap
         if time.perf_counter() > stop:
             return Outcome(Status.ABORTED, None, 0, spent)
-    out = _search(p, cap, max(nodes - spent, 1), budget, stop, sweep, 4 if above else 2)
+    # the complete searches on the items found packings only at the bound and only where
+    # some section had bytes to spare (elsewhere the valley search is complete too)
+    full = min(p.load, default=0) >= cap
+    out = _search(p, cap, max(nodes - spent, 1), budget, stop, sweep, 4 if above or full else 2)
     return Outcome(out.status, out.offsets, out.height, spent + out.nodes)
 
 
@@ -222,10 +225,12 @@ def _valley_restarts(
     # restart searched through in vain are dead for the next in the same mode; where every
     # section is full the two modes branch alike and share one table.
     all_full = min(p.load, default=0) >= cap
-    # The check by min offsets pays where bytes are spare (grid-merge, 500 buffers: 1.044x
-    # to 1.025x); where every section is full it found no packing more on the hard traces
-    # and made the 500-buffer guillotine search up to 1.4x slower.
-    energetic = not all_full
+    # The check by min offsets: where bytes are spare it took the 500-buffer grid-merge
+    # from 1.044x to 1.025x; where every section is full it costs up to 1.4x per node
+    # (500-buffer guillotine) but prunes runs into finds: with the short, preordered
+    # runs there the 500-buffer pinwheel (seed 1) reached the bound in 3 row orders of 3,
+    # without it in 1, and the 300-buffer one (seed 2) was proven.
+    energetic = True
     dead: dict[bool, set[int]] = {}
     spent, seed = 0, 0
     out = Outcome(Status.ABORTED, None, 0, 0)
