@@ -237,3 +237,20 @@ def test_restarts_take_the_preorders_in_turn_then_jittered(
     assert [(o, s) for o, s, _ in runs] == [(orders[0], 0), (orders[1], 0), (orders[2], 0),
                                             (orders[0], 1)]  # fmt: skip
     assert [nodes for *_, nodes in runs] == [imp.VALLEY_NODES * n] * 4
+
+
+def test_a_tree_searched_through_is_a_proof_whatever_the_nodes_left() -> None:
+    # every section full, the bound does not fit: once a run has searched its whole tree,
+    # the answer must stay "none" however many nodes are left (found by a review: later
+    # runs repeated it in a node or two each, and the last, cut short, said ABORTED)
+    from tensorplan.alloc import improve as imp
+
+    lo, hi = [0, 0, 1, 1, 2, 2, 3, 4, 5], [1, 0, 4, 2, 3, 2, 5, 4, 5]
+    size = [2, 2, 1, 1, 1, 1, 2, 1, 2]
+    p = Problem(lo, hi, size)
+    assert min(p.load) == max(p.load) == 4 and brute_force(lo, hi, size) == 5
+    outs = [imp._valley_restarts(p, 4, n, imp._Budget(10**9), time.perf_counter() + 60)
+            for n in range(1, 200)]  # fmt: skip
+    first = next(n for n, o in enumerate(outs, 1) if o.status is Status.INFEASIBLE)
+    assert all(o.status is Status.INFEASIBLE for o in outs[first - 1 :])
+    assert outs[-1].nodes == outs[first - 1].nodes  # no node spent after the proof

@@ -154,8 +154,9 @@ def _search(
     part: int = 2,
 ) -> Outcome:
     """The complete searches in turn with 1/part of the nodes, then valley restarts with
-    the rest. (Above the bound the items' complete searches get a quarter: on the 24 cut
-    rectangles and MiniMalloc's 11 they found no packing there, the valley search all.)
+    the rest. (Above the bound, and where every section is full, the items' complete
+    searches get a quarter: on the 24 cut rectangles and MiniMalloc's 11 they found no
+    packing there, the valley search all.)
 
     The complete searches go first because their nodes are the cheap ones (7-10 us on
     MiniMalloc's traces, where a valley node with the check by min offsets costs ~30);
@@ -213,10 +214,12 @@ def _valley_restarts(
     p: Problem, cap: int, nodes: int, budget: _Budget, stop: float, sweep: int = 0
 ) -> Outcome:
     """The fail-first valley search, restarted with tie orders from three preorders in
-    turn (then the same, jittered: valleys.py), alternately
-    branching only on corners that must be filled and on every corner (with giving its
-    section up as the last try where bytes are spare); where no section is tight, every
-    corner always. The outcome carries the nodes it spent in all."""
+    turn (then the same, jittered: valleys.py), alternately branching only on corners
+    that must be filled and on every corner (with giving its section up as the last try
+    where bytes are spare), each order in both; where no section is tight, every corner
+    always; where every section is full (the modes branch alike), one short run per order
+    (TIGHT_NODES). A mode whose tree a run searched through is not run again: its tree
+    is the same whatever the order. The outcome carries the nodes it spent in all."""
     limit = max(VALLEY_NODES * len(p.items), 64)
     tight_limit = max(TIGHT_NODES * len(p.items), 64)
     orders = [p.preorder(key) for key in VALLEY_ORDERS]
@@ -235,12 +238,17 @@ def _valley_restarts(
     spent, seed = 0, 0
     out = Outcome(Status.ABORTED, None, 0, 0)
     base = 0x5EED * sweep  # a later sweep's restarts tie-break afresh
+    exhausted: set[bool] = set()  # the modes whose whole tree a run searched in vain
     while spent < nodes:
         every_corner = none_tight or seed % 2 == 1
+        if every_corner in exhausted:
+            seed += 1  # the other mode's turn
+            continue
         table = dead.setdefault(every_corner and not all_full, set())
         left = min(tight_limit if all_full else limit, nodes - spent)
-        # restart r: preorder r mod 3 (the tie order), jittered from its second round on;
-        # where the two modes differ, each order runs in both
+        # restart r: preorder r mod 3 (the tie order), jittered from its second round on
+        # (every round, in a later sweep); where the two modes differ, each order runs in
+        # both
         run = seed if none_tight or all_full else seed // 2
         order = orders[run % len(orders)]
         jitter = run // len(orders)
@@ -251,4 +259,10 @@ def _valley_restarts(
         # a tree that had no try at its root would cost no node: restarting cannot help
         if out.status is Status.FOUND or out.nodes == 0 or time.perf_counter() > stop:
             break
+        if out.status is Status.INFEASIBLE:
+            # every later run in this mode would say so again, in a node or two each, and
+            # the last one, cut short by the nodes, would turn the answer into ABORTED
+            exhausted.add(every_corner)
+            if all_full or none_tight or len(exhausted) == 2:
+                break
     return Outcome(out.status, out.offsets, out.height, spent)
