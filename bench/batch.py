@@ -24,7 +24,8 @@ from pathlib import Path
 
 from tensorplan.batch import LocalPool, ModelSpec, Pool, collect_inputs, run_batch
 from tensorplan.batch.jobs import cpu_count
-from tensorplan.whisper.audio import SAMPLE_RATE, load_audio
+from tensorplan.whisper.audio.constants import SAMPLE_RATE
+from tensorplan.whisper.audio.decode import load_audio
 from tensorplan.whisper.options import TranscribeOptions
 
 JFK = Path(__file__).resolve().parents[1] / "samples" / "jfk.wav"

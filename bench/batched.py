@@ -71,7 +71,7 @@ SENTENCES = (
 def synthesize(seconds: float, seed: int, work: Path) -> tuple[np.ndarray, str]:
     """(16 kHz samples, reference text): sentences in random voices and rates, with pauses
     of 0.3 to 1.5 s, until `seconds` are filled. Cached in `work` by (seconds, seed)."""
-    from tensorplan.whisper.audio import load_audio
+    from tensorplan.whisper.audio.decode import load_audio
 
     cache = work / f"speech_{seconds:g}s_{seed}"
     if (cache.with_suffix(".npy")).exists():
@@ -263,8 +263,8 @@ def main() -> None:
     np.save(audio, samples)
     print(f"audio: {len(samples) / 16000:.0f} s, {len(reference.split())} words",
           file=sys.stderr)
-    from tensorplan.whisper.audio import load_audio
-    from tensorplan.whisper.models import resolve_model
+    from tensorplan.whisper.audio.decode import load_audio
+    from tensorplan.whisper.model_files.find import resolve_model
 
     ct2 = str(resolve_model(args.model))  # the peer's interpreter may not have tensorplan
     warmup = work / "jfk.npy"

@@ -38,9 +38,13 @@ sys.path.insert(0, str(ROOT / "tests" / "backends"))  # the op table the tests r
 from tensorplan.backends import NumpyBackend  # noqa: E402
 from tensorplan.backends.capture import RecordingCapturer  # noqa: E402
 from tensorplan.backends.torch_device import DeviceBackend  # noqa: E402
-from tensorplan.whisper.model import WhisperModel  # noqa: E402
-from tensorplan.whisper.random_weights import DIMS, RandomTokenizer, RandomWeights  # noqa: E402
-from tensorplan.whisper.session import WhisperSession  # noqa: E402
+from tensorplan.whisper.model_files.random_weights import (  # noqa: E402
+    DIMS,
+    RandomTokenizer,
+    RandomWeights,
+)
+from tensorplan.whisper.planned.model import WhisperModel  # noqa: E402
+from tensorplan.whisper.planned.session import WhisperSession  # noqa: E402
 
 F32_BOUND, F16_BOUND, NARROW_BOUND = 1e-5, 1e-3, 2e-3
 SOT = 50258

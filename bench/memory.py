@@ -2,7 +2,7 @@
 
 Three parts, each with its targets and a verdict (MB = 1e6 B throughout). A configuration
 is a plan mode (dedicated, output, joint), plus joint with float16 KV caches and weights:
-  1. the memory report (tensorplan.whisper.memory) for tiny.en, and base/small when their
+  1. the memory report (tensorplan.whisper.planned.memory) for tiny.en, and base/small when their
      packages are installed, per configuration, beside whisper.cpp's buffers for the same
      dims; target: tiny.en non-weight <= 40 MB;
   2. peak RSS of transcribing samples/jfk.wav (default decoding: beam 5, as the anchors)
@@ -74,7 +74,7 @@ def verdict(value: float, target: float, unit: str = "MB") -> str:
 # ---- 1. the memory report ------------------------------------------------------------------
 def report_models(models: Sequence[str]) -> None:
     from tensorplan.whisper.api import load_model
-    from tensorplan.whisper.memory import memory_report, whisper_cpp_reference
+    from tensorplan.whisper.planned.memory import memory_report, whisper_cpp_reference
 
     for name in models:
         print(f"\n## {name}: bytes held besides the weights, per plan mode")
@@ -244,7 +244,7 @@ def write_wav(path: Path, samples: np.ndarray) -> None:
 
 
 def _samples(path: Path) -> np.ndarray:
-    from tensorplan.whisper.audio import load_audio
+    from tensorplan.whisper.audio.decode import load_audio
 
     return load_audio(path)
 

@@ -162,9 +162,9 @@ def prepare(work: Path, names: list[str], long_s: float, model: str = "tiny.en"
             ) -> tuple[dict[str, str], dict[str, str]]:  # fmt: skip
     """Model files for each implementation (all from the same CTranslate2 `model`) and the
     audio files (as .npy)."""
-    from tensorplan.whisper.audio import load_audio
-    from tensorplan.whisper.export import export_model
-    from tensorplan.whisper.models import resolve_model
+    from tensorplan.whisper.audio.decode import load_audio
+    from tensorplan.whisper.model_files.export import export_model
+    from tensorplan.whisper.model_files.find import resolve_model
 
     files = {"ct2": str(resolve_model(model))}
     if "openai-whisper" in names:

@@ -56,7 +56,7 @@ def product_rates(d: int, repeats: int) -> dict[str, float]:
         import torch
 
         from tensorplan.backends.torch_kernels import pack_int8
-        from tensorplan.whisper.quantize import quantize_rows
+        from tensorplan.whisper.planned.quantize import quantize_rows
 
         ta, tw, to = torch.from_numpy(a), torch.from_numpy(w), torch.from_numpy(out)
         rates["torch float32"] = macs / median_time(
@@ -138,7 +138,8 @@ def configs() -> list[tuple[str, str]]:
 def main(argv: list[str] | None = None) -> int:
     from tensorplan.commands.plan import table
     from tensorplan.whisper.api import load_model
-    from tensorplan.whisper.audio import load_audio, log_mel_spectrogram
+    from tensorplan.whisper.audio.decode import load_audio
+    from tensorplan.whisper.audio.mel import log_mel_spectrogram
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="tiny.en")

@@ -105,7 +105,7 @@ def command(name: str, out: Path, fw_python: str | None,
     if name.startswith("before") and before is not None:
         env["PYTHONPATH"] = str(before)  # an older tensorplan's src, same wrapper
     if name == "faster-whisper":
-        from tensorplan.whisper.models import resolve_model
+        from tensorplan.whisper.model_files.find import resolve_model
 
         assert fw_python is not None
         return [fw_python, "-c", _FW, str(resolve_model("tiny.en")), str(JFK), str(out)], env

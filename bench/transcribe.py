@@ -51,7 +51,7 @@ import json, resource, statistics, sys, time
 cfg = json.loads(sys.argv[1]); repeats = int(sys.argv[2]); audio = sys.argv[3]
 t0 = time.perf_counter()
 from tensorplan.whisper.api import load_model
-from tensorplan.whisper.audio import load_audio
+from tensorplan.whisper.audio.decode import load_audio
 model = load_model(cfg.get("model", "tiny.en"), plan=cfg["plan"], max_batch=5,
                    kv_dtype=cfg.get("kv_dtype", "float32"),
                    weights_dtype=cfg.get("weights_dtype", "float32"),

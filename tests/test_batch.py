@@ -84,7 +84,7 @@ def write_wav(path: Path, samples: np.ndarray) -> None:
 
 @pytest.fixture(scope="module")
 def jfk() -> np.ndarray:
-    from tensorplan.whisper.audio import load_audio
+    from tensorplan.whisper.audio.decode import load_audio
 
     return load_audio(JFK)
 

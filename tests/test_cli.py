@@ -15,7 +15,7 @@ import pytest
 from tensorplan import cli
 from tensorplan.commands import openai_flags
 from tensorplan.errors import ModelError, UserError
-from tensorplan.whisper.models import OTHER_MODELS, find_in_dir, resolve_model
+from tensorplan.whisper.model_files.find import OTHER_MODELS, find_in_dir, resolve_model
 
 PARSER = cli.build_parser()
 

@@ -43,6 +43,25 @@ WHISPER_MAY_IMPORT_FROM_BACKENDS = {"tensorplan.backends", "tensorplan.backends.
                                     "tensorplan.backends.threads"}
 
 
+# whisper's wings (one subpackage per stage) and the wings each may import; every wing may
+# also import whisper's shared leaves and audio.constants (the one home of the audio constants)
+WHISPER_WINGS = {
+    "audio": set(),
+    "model_files": {"audio"},  # an export writes the mel filters
+    "planned": {"model_files", "audio"},  # the backend choice reads a file's length
+    "decoding": {"planned", "audio", "model_files"},
+}
+WHISPER_LEAVES = {"options", "tokenizer", "result", "limits"}  # on top, importing no wing
+AUDIO_CONSTANTS = "tensorplan.whisper.audio.constants"
+# the layers below whisper that each wing may import (planned: the whole runtime)
+WING_RUNTIME = {
+    "audio": {"errors", "files", "backends"},  # backends.threads: VAD's pool
+    "model_files": {"errors", "files", "backends"},  # backends.TORCH_INSTALL: a hint's text
+    "planned": ALLOWED["whisper"] - {"whisper"},
+    "decoding": {"errors"},
+}
+
+
 def _modules(path: Path) -> set[str]:
     """Every tensorplan module `path` imports, in full (from-imports of a package count
     the names imported from it as modules when they are)."""
@@ -150,3 +169,39 @@ def test_the_repository_stands_alone() -> None:
         found = [o for o in outside if o in text
                  and f.name not in ("test_static.py", "test_cli.py")]  # these check for them
         assert not found, f"{f.relative_to(root)} cites {found}"
+
+
+def _whisper_part(module: str) -> str | None:
+    """The wing or top module of tensorplan.whisper that `module` names, if any."""
+    parts = module.split(".")
+    return parts[2] if parts[:2] == ["tensorplan", "whisper"] and len(parts) > 2 else None
+
+
+@pytest.mark.parametrize("wing", sorted(WHISPER_WINGS))
+def test_whisper_wings_import_only_their_stages(wing: str) -> None:
+    files = sorted((SRC / "whisper" / wing).rglob("*.py"))
+    assert files, f"no wing {wing}"
+    may = WHISPER_WINGS[wing] | WHISPER_LEAVES | {wing}
+    for f in files:
+        for m in _modules(f):
+            part = _whisper_part(m)
+            assert part is None or part in may or m == AUDIO_CONSTANTS, \
+                f"{f.relative_to(SRC)} imports {m}"
+        below = _imports(f) - {"whisper"} - WING_RUNTIME[wing]
+        assert not below, f"{f.relative_to(SRC)} imports {sorted(below)}"
+
+
+def test_whisper_leaves_import_no_wing() -> None:
+    for name in sorted(WHISPER_LEAVES):
+        f = SRC / "whisper" / f"{name}.py"
+        for m in _modules(f):
+            part = _whisper_part(m)
+            assert part is None or part in WHISPER_LEAVES or m == AUDIO_CONSTANTS, \
+                f"{f.relative_to(SRC)} imports {m}"
+
+
+def test_whisper_wings_say_their_job() -> None:
+    for wing in WHISPER_WINGS:
+        doc = ast.get_docstring(ast.parse((SRC / "whisper" / wing / "__init__.py").read_text()))
+        assert doc and "May import" in doc, f"whisper/{wing}/__init__.py: no job or import rule"
+

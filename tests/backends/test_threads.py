@@ -89,7 +89,7 @@ def test_torch_backend_sets_torchs_pool() -> None:
 def test_vad_session_takes_the_setting() -> None:
     if importlib.util.find_spec("onnxruntime") is None:
         pytest.skip("onnxruntime is not installed")
-    from tensorplan.whisper import vad
+    from tensorplan.whisper.audio import vad
 
     try:
         threads.configure(None)

@@ -25,16 +25,13 @@ from tensorplan.alloc.trace import read_trace, write_offsets
 from tensorplan.cli import build_parser
 from tensorplan.commands.transcribe import max_batch
 from tensorplan.errors import UserError
-from tensorplan.whisper.audio import SAMPLE_RATE, load_audio, log_mel_spectrogram
+from tensorplan.whisper.audio.constants import SAMPLE_RATE
+from tensorplan.whisper.audio.decode import load_audio
+from tensorplan.whisper.audio.mel import log_mel_spectrogram
+from tensorplan.whisper.model_files.ct2_file import WHISPER_SPEC, read_model_bin
+from tensorplan.whisper.model_files.ct2_weights import ModelDims, WhisperWeights, read_config
 from tensorplan.whisper.options import TranscribeOptions, from_args
 from tensorplan.whisper.tokenizer import load_tokenizer
-from tensorplan.whisper.weights import (
-    WHISPER_SPEC,
-    ModelDims,
-    WhisperWeights,
-    read_config,
-    read_model_bin,
-)
 
 _WORK = Path(tempfile.mkdtemp(prefix="tensorplan-fuzz-"))
 atexit.register(shutil.rmtree, _WORK, ignore_errors=True)

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "whisper"))
 def tiny() -> Path:
     """The bundled tiny.en model directory (skips when it is not installed)."""
     from tensorplan.errors import ModelError
-    from tensorplan.whisper.models import resolve_model
+    from tensorplan.whisper.model_files.find import resolve_model
 
     try:
         return resolve_model("tiny.en")

@@ -16,8 +16,8 @@ from clirun import FAST, assert_ok, assert_user_error, run_cli
 from synth_audio import RATE, encoded, half, pcm16, pcm24, png, tone, wav
 
 from tensorplan.errors import AudioError
-from tensorplan.whisper import audio
-from tensorplan.whisper.audio import load_audio
+from tensorplan.whisper.audio import decode as audio
+from tensorplan.whisper.audio.decode import load_audio
 
 
 def _file(name: str, make: Callable[[], bytes]) -> Callable[[Path], Path]:

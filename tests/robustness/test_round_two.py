@@ -296,12 +296,12 @@ def test_vad_filter_drops_the_you_of_digital_silence(tmp_path: Path) -> None:
 
     import numpy as np
 
-    from tensorplan.whisper.audio import load_audio
+    from tensorplan.whisper.audio.decode import load_audio
 
     if shutil.which("espeak-ng") is None:
         pytest.skip("espeak-ng is not installed (apt-get install -y espeak-ng)")
     try:
-        from tensorplan.whisper.vad import load_vad_model
+        from tensorplan.whisper.audio.vad import load_vad_model
 
         load_vad_model()
     except Exception as e:  # noqa: BLE001 (any missing piece of the VAD: skip, say which)

@@ -11,7 +11,8 @@ from synth_audio import pcm16, silence_pieces, tone, wav, write_flac
 
 from tensorplan.errors import UserError
 from tensorplan.files import quote, read_bytes
-from tensorplan.whisper.audio import MelFrames, StreamedAudio, as_samples, load_audio
+from tensorplan.whisper.audio.decode import StreamedAudio, as_samples, load_audio
+from tensorplan.whisper.audio.mel import MelFrames
 from tensorplan.whisper.limits import MAX_SEQUENCES, check_kv_budget
 from tensorplan.whisper.options import DecodingOptions, TranscribeOptions
 

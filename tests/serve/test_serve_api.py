@@ -83,7 +83,7 @@ def test_first_segment_streams_before_the_end(server: ServerProcess) -> None:
     import httpx
     import numpy as np
 
-    from tensorplan.whisper.audio import load_audio
+    from tensorplan.whisper.audio.decode import load_audio
 
     speech = load_audio(str(JFK))
     long = np.concatenate([speech, np.zeros(16000 * 20, np.float32)] * 3)

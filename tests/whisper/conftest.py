@@ -9,15 +9,15 @@ from whisper_helpers import JFK
 
 @pytest.fixture(scope="session")
 def jfk_audio() -> np.ndarray:
-    from tensorplan.whisper.audio import load_audio
+    from tensorplan.whisper.audio.decode import load_audio
 
     return load_audio(JFK)
 
 
 @pytest.fixture(scope="session")
 def tiny_weights():
-    from tensorplan.whisper.models import resolve_model
-    from tensorplan.whisper.weights import WhisperWeights
+    from tensorplan.whisper.model_files.ct2_weights import WhisperWeights
+    from tensorplan.whisper.model_files.find import resolve_model
 
     return WhisperWeights.load(resolve_model("tiny.en"))
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorplan.whisper.weights import ModelDims, WhisperConfig
+from tensorplan.whisper.model_files.ct2_weights import ModelDims, WhisperConfig
 
 WORDS = [" ", " hello", " world", " foo", " bar", " baz", " the", " end", " ♪", " [",
          *(f" w{i}" for i in range(40))]

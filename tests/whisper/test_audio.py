@@ -16,14 +16,11 @@ import pytest
 from av_encode import encode_pcm16
 
 from tensorplan.errors import AudioError
-from tensorplan.whisper import audio
-from tensorplan.whisper.audio import (
-    N_SAMPLES,
-    MelFrames,
-    load_audio,
-    log_mel_spectrogram,
-    mel_filters,
-)
+from tensorplan.whisper.audio import decode as audio
+from tensorplan.whisper.audio import mel
+from tensorplan.whisper.audio.constants import N_SAMPLES
+from tensorplan.whisper.audio.decode import load_audio
+from tensorplan.whisper.audio.mel import MelFrames, log_mel_spectrogram, mel_filters
 
 JFK = Path(__file__).resolve().parents[2] / "samples" / "jfk.wav"
 
@@ -114,10 +111,10 @@ def test_chunked_frames_equal_the_whole_spectrogram(
     jfk: np.ndarray, monkeypatch: pytest.MonkeyPatch, keep: bool
 ) -> None:
     if not keep:  # a long recording's windows are recomputed from the samples
-        monkeypatch.setattr(audio, "KEEP_MEL_BYTES", 0)
-    monkeypatch.setattr(audio, "CHUNK_FRAMES", 700)  # chunk boundaries everywhere
+        monkeypatch.setattr(mel, "KEEP_MEL_BYTES", 0)
+    monkeypatch.setattr(mel, "CHUNK_FRAMES", 700)  # chunk boundaries everywhere
     whole = log_mel_spectrogram(jfk, padding=N_SAMPLES)
-    monkeypatch.setattr(audio, "CHUNK_FRAMES", 333)
+    monkeypatch.setattr(mel, "CHUNK_FRAMES", 333)
     frames = MelFrames(jfk)  # transcribe's padding: 30 s of zeros
     assert (frames.n_frames, frames.n_total) == (1100, 4100) and whole.shape[1] == 4100
     assert np.abs(frames.frames(0, 4100) - whole).max() <= 1e-6
@@ -143,9 +140,9 @@ def test_padding_frames_are_filled_bit_for_bit(
     """Frames that see only padding zeros are filled, not transformed: equal bit for bit to
     transforming them, at every chunk boundary and whatever the padding's length."""
     x = np.random.default_rng(n_samples).uniform(-0.5, 0.5, n_samples).astype(np.float32)
-    monkeypatch.setattr(audio, "CHUNK_FRAMES", 97)  # silent starts inside and at chunk edges
+    monkeypatch.setattr(mel, "CHUNK_FRAMES", 97)  # silent starts inside and at chunk edges
     for keep in (16 << 20, 0):
-        monkeypatch.setattr(audio, "KEEP_MEL_BYTES", keep)
+        monkeypatch.setattr(mel, "KEEP_MEL_BYTES", keep)
         filled = MelFrames(x, padding=padding)
         with monkeypatch.context() as m:
             m.setattr(MelFrames, "_first_silent_frame", lambda self: self.n_total)
@@ -163,7 +160,7 @@ def test_mel_product_is_scipys_sparse_product_bit_for_bit(n_mels: int) -> None:
     scipy_sparse = pytest.importorskip("scipy.sparse")
     power = np.random.default_rng(0).random((777, 201)) ** 4 * 100
     want = scipy_sparse.csr_array(mel_filters(n_mels).astype(np.float64)) @ power.T
-    np.testing.assert_array_equal(audio._mel_power(power, n_mels), want)
+    np.testing.assert_array_equal(mel._mel_power(power, n_mels), want)
 
 
 def test_global_max_comes_from_the_whole_recording() -> None:
@@ -348,7 +345,7 @@ def test_zero_samples_and_non_finite_samples(tmp_path: Path) -> None:
 
 
 def test_mel_frames_serve_the_windows_of_transcribes_padded_mel(jfk: np.ndarray) -> None:
-    transcribe = pytest.importorskip("tensorplan.whisper.transcribe")
+    transcribe = pytest.importorskip("tensorplan.whisper.decoding.seek_loop")
     padded = transcribe.PaddedMel(log_mel_spectrogram(jfk, padding=N_SAMPLES))
     frames = MelFrames(jfk)
     assert frames.n_frames == padded.n_frames

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tensorplan.whisper import backend_choice as bc
+from tensorplan.whisper.planned import backend_choice as bc
 
 JFK = Path(__file__).resolve().parents[2] / "samples" / "jfk.wav"
 

@@ -1,4 +1,4 @@
-"""Batched transcription (whisper/batched.py): a batch decodes each chunk exactly as a
+"""Batched transcription (whisper/decoding/batched.py): a batch decodes each chunk exactly as a
 batch of one does, token for token; partial batches, silence, word timestamps, options."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from tensorplan.errors import UserError
-from tensorplan.whisper.chunks import MAX_CHUNK_SECONDS, SAMPLE_RATE, Chunk, cut, energy_spans
+from tensorplan.whisper.audio.chunks import MAX_CHUNK_SECONDS, AudioChunk, cut, energy_spans
+from tensorplan.whisper.audio.constants import SAMPLE_RATE
 from tensorplan.whisper.options import TranscribeOptions, add_arguments, from_args
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
@@ -143,7 +144,7 @@ def test_batch_size_flag_and_validation() -> None:
 def test_chunks_are_planned_once_per_shape(tiny) -> None:
     a = tiny.model.window_batch(2, 1)
     assert tiny.model.window_batch(2, 1) is a and a.n_seq == 2
-    assert a.nbytes > 0 and Chunk(0, 16000).offset == 0.0
+    assert a.nbytes > 0 and AudioChunk(0, 16000).offset == 0.0
 
 
 def test_plan_says_what_a_batch_holds(capsys) -> None:

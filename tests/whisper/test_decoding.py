@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from fakes import FakeModel, FakeTokenizer, Window, logits_from, script, table
 
-from tensorplan.whisper.decoding import (
+from tensorplan.whisper.decoding.window import (
     ApplyTimestampRules,
     BeamSearchDecoder,
     DecodingTask,
@@ -24,8 +24,8 @@ from tensorplan.whisper.decoding import (
     initial_tokens,
     suppressed_tokens,
 )
+from tensorplan.whisper.model_files.ct2_weights import WhisperConfig
 from tensorplan.whisper.options import DecodingOptions
-from tensorplan.whisper.weights import WhisperConfig
 
 TOK: Any = FakeTokenizer()  # Any: it stands in for the real Tokenizer
 HELLO, WORLD, FOO, BAR, BAZ = (TOK.id(w) for w in (" hello", " world", " foo", " bar", " baz"))

@@ -37,7 +37,7 @@ def test_plan_modes_give_identical_tokens(tiny_model_factory, jfk_audio):
 @pytest.fixture(scope="module", params=BACKEND_NAMES)
 def first_window(request, tiny_model_factory, jfk_audio):
     """The jfk window encoded, once per backend: the float64 checks below hold for each."""
-    from tensorplan.whisper.audio import log_mel_spectrogram
+    from tensorplan.whisper.audio.mel import log_mel_spectrogram
 
     model = tiny_model_factory("joint", backend=request.param).session().state
     mel = log_mel_spectrogram(jfk_audio, n_mels=80, padding=480_000)[:, :3000]

@@ -24,10 +24,11 @@ from whisper_helpers import JFK_TEXT, normalize
 from tensorplan.backends import TORCH_INSTALL
 from tensorplan.cli import main
 from tensorplan.errors import ModelError
-from tensorplan.whisper.audio import mel_filters
-from tensorplan.whisper.checkpoint import encode_heads, read_checkpoint
-from tensorplan.whisper.export import export_model, ggml_tokens
-from tensorplan.whisper.formats import (
+from tensorplan.whisper.audio.mel import mel_filters
+from tensorplan.whisper.model_files.checkpoint import encode_heads, read_checkpoint
+from tensorplan.whisper.model_files.ct2_weights import WhisperWeights, expected_shapes
+from tensorplan.whisper.model_files.export import export_model, ggml_tokens
+from tensorplan.whisper.model_files.formats import (
     OPENAI_ALIGNMENT_HEADS,
     default_alignment_heads,
     detect_format,
@@ -36,8 +37,7 @@ from tensorplan.whisper.formats import (
     openai_state_dict,
     weights_from_openai,
 )
-from tensorplan.whisper.ggml_file import GGML_MAGIC, read_ggml, write_ggml
-from tensorplan.whisper.weights import WhisperWeights, expected_shapes
+from tensorplan.whisper.model_files.ggml_file import GGML_MAGIC, read_ggml, write_ggml
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 
@@ -92,7 +92,7 @@ def test_ggml_file_follows_whisper_cpp(ggml_path: Path, tiny_weights: WhisperWei
 def test_jfk_from_the_reloaded_ggml_file(ggml_path: Path, jfk_audio: np.ndarray) -> None:
     from tensorplan.backends import NumpyBackend
     from tensorplan.whisper.api import Whisper
-    from tensorplan.whisper.model import WhisperModel
+    from tensorplan.whisper.planned.model import WhisperModel
 
     # = load_model(ggml_path) once api.load_model goes through formats.load_model_files
     weights, tokenizer = load_model_files(ggml_path)

@@ -32,7 +32,7 @@ def test_word_error_rate_counts_edits():
 
 @pytest.fixture(scope="module")
 def speech(tmp_path_factory):
-    from tensorplan.whisper.audio import load_audio
+    from tensorplan.whisper.audio.decode import load_audio
 
     path = make_speech.make_speech(tmp_path_factory.mktemp("speech") / "gettysburg.wav")
     return load_audio(path)

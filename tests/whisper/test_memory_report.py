@@ -18,8 +18,8 @@ from tensorplan import alloc, ops
 from tensorplan.graph import Graph
 from tensorplan.pipeline import PLAN_MODES
 from tensorplan.whisper import api
-from tensorplan.whisper.graphs import Dims
-from tensorplan.whisper.memory import (
+from tensorplan.whisper.planned.graphs import Dims
+from tensorplan.whisper.planned.memory import (
     MB,
     ON_DEMAND,
     arena_layout,

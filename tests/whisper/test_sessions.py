@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from whisper_helpers import BACKEND_NAMES, JFK_TEXT, normalize
 
-from tensorplan.whisper.session import NonFiniteError
+from tensorplan.whisper.planned.session import NonFiniteError
 
 OPTION_SETS = ({"beam_size": None}, {"beam_size": 5}, {"beam_size": None, "word_timestamps": True})
 

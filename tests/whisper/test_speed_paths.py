@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from whisper_helpers import BACKEND_NAMES, JFK_TEXT, normalize
 
-from tensorplan.whisper.quantize import quantize_rows
+from tensorplan.whisper.planned.quantize import quantize_rows
 
 needs_torch = pytest.mark.skipif("torch" not in BACKEND_NAMES, reason="PyTorch not installed")
 
@@ -26,7 +26,7 @@ def _rel_err(got: np.ndarray, want: np.ndarray) -> float:
 
 def _first_logits(model, jfk_audio) -> tuple[np.ndarray, np.ndarray]:
     """(encoder output, logits of the first and last prompt positions), jfk window."""
-    from tensorplan.whisper.audio import log_mel_spectrogram
+    from tensorplan.whisper.audio.mel import log_mel_spectrogram
 
     m = model.session().state
     mel = log_mel_spectrogram(jfk_audio, n_mels=80, padding=480_000)[:, :3000]
@@ -76,7 +76,7 @@ def test_quantize_rows_rounds_each_row_to_half_a_step(w):
 def _step_logits(model, jfk_audio) -> np.ndarray:
     """Next-token logits (steps, V) decoding a jfk prompt one token at a time, as greedy
     decoding runs."""
-    from tensorplan.whisper.audio import log_mel_spectrogram
+    from tensorplan.whisper.audio.mel import log_mel_spectrogram
 
     m = model.session().state
     m.encode(np.ascontiguousarray(log_mel_spectrogram(jfk_audio, 80, 480_000)[:, :3000]))

@@ -13,14 +13,8 @@ import scipy.ndimage
 import scipy.special
 from whisper_helpers import JFK_TEXT, normalize
 
-from tensorplan.whisper.decoding import DecodingResult
-from tensorplan.whisper.options import (
-    APPEND_PUNCTUATIONS,
-    PREPEND_PUNCTUATIONS,
-    TranscribeOptions,
-)
-from tensorplan.whisper.result import Segment, TranscriptionResult, Word
-from tensorplan.whisper.timing import (
+from tensorplan.whisper.decoding.seek_loop import Window, WindowSegments
+from tensorplan.whisper.decoding.timing import (
     WordAligner,
     WordTiming,
     alignment_matrix,
@@ -32,7 +26,13 @@ from tensorplan.whisper.timing import (
     merge_punctuations,
     word_anomaly_score,
 )
-from tensorplan.whisper.transcribe import Window, WindowSegments
+from tensorplan.whisper.decoding.window import DecodingResult
+from tensorplan.whisper.options import (
+    APPEND_PUNCTUATIONS,
+    PREPEND_PUNCTUATIONS,
+    TranscribeOptions,
+)
+from tensorplan.whisper.result import Segment, TranscriptionResult, Word
 
 # ---- DTW ---------------------------------------------------------------------------------------
 

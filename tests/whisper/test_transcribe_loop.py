@@ -10,9 +10,9 @@ import pytest
 from fakes import FakeModel, FakeTokenizer, Window, script
 
 from tensorplan.errors import UserError
+from tensorplan.whisper.decoding.seek_loop import PaddedMel, SeekLoop, WindowSegments, transcribe
 from tensorplan.whisper.options import TranscribeOptions
 from tensorplan.whisper.result import Segment
-from tensorplan.whisper.transcribe import PaddedMel, SeekLoop, WindowSegments, transcribe
 
 TOK: Any = FakeTokenizer()  # Any: it stands in for the real Tokenizer
 HELLO, WORLD, FOO, BAR, BAZ, BLANK = (TOK.id(w) for w in

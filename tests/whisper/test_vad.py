@@ -25,10 +25,9 @@ from hypothesis import strategies as st
 from whisper_helpers import JFK, normalize
 
 from tensorplan.errors import UserError
-from tensorplan.whisper import api, vad
-from tensorplan.whisper.options import TranscribeOptions, add_arguments, from_args
-from tensorplan.whisper.result import Segment, TranscriptionResult, Word
-from tensorplan.whisper.vad import (
+from tensorplan.whisper import api
+from tensorplan.whisper.audio import vad
+from tensorplan.whisper.audio.vad import (
     SpeechChunk,
     SpeechTimestampsMap,
     VadOptions,
@@ -36,6 +35,8 @@ from tensorplan.whisper.vad import (
     collect_chunks,
     get_speech_timestamps,
 )
+from tensorplan.whisper.options import TranscribeOptions, add_arguments, from_args
+from tensorplan.whisper.result import Segment, TranscriptionResult, Word
 
 SR = vad.SAMPLE_RATE
 
@@ -73,7 +74,7 @@ def speech_gap_speech(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, n
     and its samples. The second phrase starts at 8.3 s in both files."""
     from scipy.io import wavfile
 
-    from tensorplan.whisper.audio import load_audio
+    from tensorplan.whisper.audio.decode import load_audio
 
     jfk = load_audio(JFK)
     noise = np.random.default_rng(0).standard_normal(int(GAP * SR)) * 1e-3
@@ -115,7 +116,7 @@ def test_model_windows_match_silero_sequence_model() -> None:
     path = vad.model_path().parent / "silero_vad_16k_sequence.onnx"
     if not path.is_file():
         pytest.skip(f"{path.name} ships only with newer silero-vad releases")
-    from tensorplan.whisper.audio import load_audio
+    from tensorplan.whisper.audio.decode import load_audio
 
     audio = load_audio(JFK)[:3 * SR + 100]  # a partial last window
     n = -(-len(audio) // vad.WINDOW_SAMPLES)
@@ -137,8 +138,8 @@ def test_torch_is_never_imported() -> None:
     """silero_vad's own package imports torch; only its data files may be used."""
     code = (
         "import sys, numpy as np\n"
-        "from tensorplan.whisper.audio import load_audio\n"
-        "from tensorplan.whisper.vad import get_speech_timestamps\n"
+        "from tensorplan.whisper.audio.decode import load_audio\n"
+        "from tensorplan.whisper.audio.vad import get_speech_timestamps\n"
         f"assert get_speech_timestamps(load_audio({str(JFK)!r})[:3 * 16000])\n"
         "print(sorted(m for m in ('torch', 'silero_vad') if m in sys.modules))\n"
     )

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tensorplan.whisper import weight_cache as wc
+from tensorplan.whisper.model_files import weight_cache as wc
 
 
 @pytest.fixture(autouse=True)

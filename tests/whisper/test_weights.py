@@ -15,13 +15,9 @@ import pytest
 from whisper_helpers import traced_peak
 
 from tensorplan.errors import ModelError
-from tensorplan.whisper.models import resolve_model
-from tensorplan.whisper.weights import (
-    ModelDims,
-    WhisperWeights,
-    dequantize,
-    read_model_bin,
-)
+from tensorplan.whisper.model_files.ct2_file import dequantize, read_model_bin
+from tensorplan.whisper.model_files.ct2_weights import ModelDims, WhisperWeights
+from tensorplan.whisper.model_files.find import resolve_model
 
 
 def _tiny_en() -> Path:

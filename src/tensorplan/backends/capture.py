@@ -19,7 +19,7 @@ class Replayable(Protocol):
 
 
 class Run(Protocol):
-    """One planned graph's run over fixed views (torch_device.Program)."""
+    """One planned graph's run over fixed views (torch_device.DeviceProgram)."""
 
     def __call__(self) -> None: ...
 

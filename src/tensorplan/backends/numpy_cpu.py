@@ -116,7 +116,7 @@ def make_view(t: Tensor, buf: NumpyBuffer, offset: int) -> np.ndarray:
         ) from None
 
 
-class ViewCache:
+class NumpyViewCache:
     """ndarray views of placed tensors, re-made only when a tensor's placement changed.
 
     `limit` bounds the entries (oldest dropped first) so a cache fed tensors of graphs
@@ -145,7 +145,7 @@ class ViewCache:
         return arr
 
 
-class Program:
+class NumpyProgram:
     """A graph's kernels bound to its tensors' views; re-bound when the plan moved them."""
 
     def __init__(self, graph: Graph, bindings: Bindings | None = None) -> None:
@@ -155,7 +155,7 @@ class Program:
             raise NotImplementedError(f"numpy backend has no kernel for {sorted(missing)}")
         tensors = dict.fromkeys(t for n in self.nodes for t in (n, *n.srcs))
         self.tensors = list(tensors)
-        self.views = ViewCache(bindings=bindings)
+        self.views = NumpyViewCache(bindings=bindings)
         self.bound_to: list[tuple[NumpyBuffer, int]] | None = None
         self.steps: list[tuple[Any, Any, list[Any], Any]] = []
 
@@ -185,8 +185,8 @@ class NumpyExecutor:
     def __init__(self, backend: NumpyBackend, bindings: Bindings | None = None) -> None:
         self.backend = backend
         self.bindings = dict(bindings) if bindings is not None else None
-        self._loose = ViewCache(limit=64, bindings=self.bindings)  # set/get/array
-        self._programs: weakref.WeakKeyDictionary[Graph, Program] = weakref.WeakKeyDictionary()
+        self._loose = NumpyViewCache(limit=64, bindings=self.bindings)  # set/get/array
+        self._programs: weakref.WeakKeyDictionary[Graph, NumpyProgram] = weakref.WeakKeyDictionary()
 
     @property
     def views_made(self) -> int:
@@ -235,9 +235,9 @@ class NumpyBackend(RunsItsOwn):
     def executor(self, bindings: Bindings | None = None) -> NumpyExecutor:
         return NumpyExecutor(self, bindings)
 
-    def program(self, graph: Graph, bindings: Bindings | None = None) -> Program:
+    def program(self, graph: Graph, bindings: Bindings | None = None) -> NumpyProgram:
         """How this backend runs `graph` (subclasses bind other kernels)."""
-        return Program(graph, bindings)
+        return NumpyProgram(graph, bindings)
 
     # the backend's own executor (RunsItsOwn has set, get, compute, copy_slots)
     def array(self, t: Tensor) -> np.ndarray:

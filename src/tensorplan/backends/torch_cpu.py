@@ -20,7 +20,7 @@ import numpy as np
 
 from tensorplan.backends import TORCH_INSTALL
 from tensorplan.backends import threads as pools
-from tensorplan.backends.numpy_cpu import Bindings, NumpyBackend, NumpyBufferType, Program
+from tensorplan.backends.numpy_cpu import Bindings, NumpyBackend, NumpyBufferType, NumpyProgram
 from tensorplan.graph import Graph
 from tensorplan.tensor import Tensor
 
@@ -38,7 +38,7 @@ def _as_torch(arr: np.ndarray) -> Any:
         return torch.from_numpy(arr)
 
 
-class TorchProgram(Program):
+class TorchProgram(NumpyProgram):
     def __init__(self, graph: Graph, backend: TorchBackend, bindings: Bindings | None) -> None:
         super().__init__(graph, bindings)
         self.backend = backend
@@ -130,7 +130,7 @@ class TorchBackend(NumpyBackend):
         self._packed: dict[int, tuple[Tensor, Any]] = {}
         self._packing = threading.Lock()  # executors on several threads share the cache
 
-    def program(self, graph: Graph, bindings: Bindings | None = None) -> Program:
+    def program(self, graph: Graph, bindings: Bindings | None = None) -> NumpyProgram:
         return TorchProgram(graph, self, bindings)
 
     def packed(self, weight: Tensor, q: np.ndarray, scale: np.ndarray) -> Any:

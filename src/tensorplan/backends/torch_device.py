@@ -158,7 +158,7 @@ def make_view(t: Tensor, buf: Placed, offset: int) -> torch.Tensor:
     return span.view(TORCH_DTYPES[t.dtype.name]).as_strided(t.shape, strides)
 
 
-class ViewCache:
+class DeviceViewCache:
     """Views of placed tensors, re-made only when a tensor's placement changed."""
 
     def __init__(self, bindings: Bindings | None = None, limit: int | None = None) -> None:
@@ -183,7 +183,7 @@ class ViewCache:
 Step = tuple[Any, torch.Tensor, list[torch.Tensor], dict[str, Any]]
 
 
-class Program:
+class DeviceProgram:
     """A graph's kernels bound to its tensors' views: callable (one run) and, for
     capture, the addresses it touches."""
 
@@ -194,7 +194,7 @@ class Program:
             raise NotImplementedError(f"device backend has no kernel for {sorted(missing)}")
         self.tensors = list(dict.fromkeys(t for n in self.nodes for t in (n, *n.srcs)))
         self.backend = backend
-        self.views = ViewCache(bindings)
+        self.views = DeviceViewCache(bindings)
         self.bound_to: list[tuple[Placed, int]] | None = None
         self.steps: list[Step] = []
         self.runs = 0
@@ -239,8 +239,9 @@ class DeviceExecutor:
     def __init__(self, backend: DeviceBackend, bindings: Bindings | None = None) -> None:
         self.backend = backend
         self.bindings = dict(bindings) if bindings is not None else None
-        self._loose = ViewCache(self.bindings, limit=64)  # set/get/copy_slots
-        self._programs: weakref.WeakKeyDictionary[Graph, Program] = weakref.WeakKeyDictionary()
+        self._loose = DeviceViewCache(self.bindings, limit=64)  # set/get/copy_slots
+        self._programs: weakref.WeakKeyDictionary[Graph, DeviceProgram] = (
+            weakref.WeakKeyDictionary())
 
     @property
     def views_made(self) -> int:
@@ -276,7 +277,7 @@ class DeviceExecutor:
     def compute(self, graph: Graph) -> None:
         p = self._programs.get(graph)
         if p is None:
-            p = self._programs[graph] = Program(graph, self.backend, self.bindings)
+            p = self._programs[graph] = DeviceProgram(graph, self.backend, self.bindings)
         if p.bound_to is None or p.moved():
             p.bind()
         capturer = self.backend.capturer

@@ -16,8 +16,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from tensorplan.errors import UserError
-from tensorplan.whisper.model_options import ModelOptions
 from tensorplan.whisper.options import TranscribeOptions
+from tensorplan.whisper.planned.load_options import ModelOptions
 from tensorplan.whisper.result import TranscriptionResult
 
 # what a directory is searched for; files named directly are taken whatever their name
@@ -167,7 +167,8 @@ class Worker:
 
     def run(self, task: Task, data: bytes | None = None, *, in_pool: bool = True) -> Outcome:
         """Transcribe `data` (the file's bytes, when the driver ships them) or task.path."""
-        from tensorplan.whisper.audio import SAMPLE_RATE, open_audio
+        from tensorplan.whisper.audio.constants import SAMPLE_RATE
+        from tensorplan.whisper.audio.decode import open_audio
 
         if in_pool and task.attempt == 1 and os.environ.get(CRASH_HOOK) == Path(task.path).name:
             os._exit(70)  # a deterministic worker crash for the tests

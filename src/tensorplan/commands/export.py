@@ -6,7 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-EXPORT_FORMATS = ("openai", "ggml")  # tensorplan.whisper.export.EXPORT_FORMATS, kept import-free
+# whisper/model_files/export.py's EXPORT_FORMATS, kept here import-free
+EXPORT_FORMATS = ("openai", "ggml")
 
 
 def register(sub: Any) -> None:
@@ -25,7 +26,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tensorplan.whisper.export import export_model
+    from tensorplan.whisper.model_files.export import export_model
 
     path = export_model(args.out, args.fmt, args.model)
     print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB, {args.fmt})")

@@ -1,6 +1,6 @@
 """openai-whisper's flags that have no tensorplan setting of their own: --fp16 and
 --model-dir, so that scripts written for `whisper` run unchanged (its --device and
---threads are model options: whisper/model_options.py).
+--threads are model options: whisper/planned/load_options.py).
 
 They are added and checked here, in one place. `apply(args)` runs before the model loads.
 """
@@ -27,7 +27,7 @@ def add_arguments(group: Any) -> None:
 
 def apply(args: argparse.Namespace) -> None:
     """Check the flags; with --model-dir, args.model becomes the file or directory found."""
-    from tensorplan.whisper.models import find_in_dir
+    from tensorplan.whisper.model_files.find import find_in_dir
 
     if args.fp16:  # openai's own words when it falls back on a CPU
         print("tensorplan: warning: FP16 is not supported on CPU; using FP32 instead",

@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING, Any
 from tensorplan.errors import UserError
 from tensorplan.files import atomic_write
 from tensorplan.pipeline import PLAN_MODES
-from tensorplan.whisper.model_options import (
+from tensorplan.whisper.planned.load_options import (
     DEFAULT_MAX_BATCH,
     add_model_arguments,
     model_options_from_args,
 )
 
 if TYPE_CHECKING:  # the model stack is imported when the command runs, not at CLI start
-    from tensorplan.whisper.memory import ArenaLayout, MemoryReport, ReferenceRow
-    from tensorplan.whisper.weights import ModelDims as Dims
+    from tensorplan.whisper.model_files.ct2_weights import ModelDims as Dims
+    from tensorplan.whisper.planned.memory import ArenaLayout, MemoryReport, ReferenceRow
 
 MB = 1_000_000
 COLORS = {"conv": "tab:blue", "encoder": "tab:orange", "cross": "tab:green",
@@ -53,7 +53,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tensorplan.whisper.memory import whisper_cpp_reference
+    from tensorplan.whisper.planned.memory import whisper_cpp_reference
 
     args.max_batch = args.max_batch or DEFAULT_MAX_BATCH
     if args.png is not None:  # fail before the work, not after
@@ -85,7 +85,7 @@ def measure(args: argparse.Namespace) -> tuple[list[MemoryReport], list[ArenaLay
     """Load the model once per plan mode asked for (one at a time) and measure it; the
     layouts only when a chart was asked for."""
     from tensorplan.whisper.api import load
-    from tensorplan.whisper.memory import arena_layout, memory_report
+    from tensorplan.whisper.planned.memory import arena_layout, memory_report
 
     reports, layouts = [], []
     for mode in PLAN_MODES if args.plan == "all" else (args.plan,):

@@ -22,8 +22,8 @@ def register(sub: Any) -> None:
     """The flags in the order `--help` lists them: everyday ones first, planner internals
     last. Each group is one `add_argument_group` call below; reorder groups here."""
     from tensorplan.commands import openai_flags
-    from tensorplan.whisper.model_options import add_model_arguments
     from tensorplan.whisper.options import TranscribeOptions, add_arguments
+    from tensorplan.whisper.planned.load_options import add_model_arguments
 
     p = sub.add_parser(
         "transcribe",
@@ -197,7 +197,7 @@ def _audio_seconds(paths: list[Path], opts: Any, clips: Sequence[float]) -> floa
     backend auto to weigh PyTorch's start-up against; probed only where it decides
     something (auto, float32 weights, torch installed)."""
     from tensorplan.backends import torch_available
-    from tensorplan.whisper import backend_choice
+    from tensorplan.whisper.planned import backend_choice
 
     if opts.backend != "auto" or opts.compute_type == "int8" or not torch_available():
         return None
@@ -288,7 +288,7 @@ def _progress_bar(path: Path) -> Any:
 def model_options(args: argparse.Namespace, options: Any) -> Any:
     """The ModelOptions of the flags; the KV cache sized for the decoding options unless
     --max-batch says otherwise."""
-    from tensorplan.whisper.model_options import model_options_from_args
+    from tensorplan.whisper.planned.load_options import model_options_from_args
 
     opts = model_options_from_args(args)
     return opts if opts.max_batch is not None else opts.replace(max_batch=max_batch(options))

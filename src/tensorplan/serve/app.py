@@ -27,7 +27,7 @@ from tensorplan.serve import streaming
 from tensorplan.serve.config import ServeConfig
 from tensorplan.serve.errors import ApiError, bad_request
 from tensorplan.serve.params import RequestParser, TranscriptionRequest
-from tensorplan.serve.pool import Cancelled, Job, Scheduler, SessionPool
+from tensorplan.serve.pool import Cancelled, FixedSessionPool, Job, Scheduler
 from tensorplan.serve.responses import render_response
 from tensorplan.serve.uploads import Form, read_form
 from tensorplan.whisper.result import Segment, TranscriptionResult
@@ -53,7 +53,7 @@ class ServerState:
     def _load(self) -> None:
         try:
             model = self.load()
-            pool = SessionPool(model, self.config.sessions)
+            pool = FixedSessionPool(model, self.config.sessions)
             self.scheduler = Scheduler(pool, self.config.max_queue)
             self.model = model
             log.warning("tensorplan serve: %s ready, %d session(s) x %d thread(s), "

@@ -1,6 +1,6 @@
 """N transcription sessions over one shared model, and a bounded queue in front of them.
 
-`SessionPool` is the one place that knows how a session is made; `Scheduler` runs jobs on
+`FixedSessionPool` is the one place that knows how a session is made; `Scheduler` runs jobs on
 dedicated worker threads (one per session, so blocking work never runs on the event loop),
 refuses work when the queue is full, and counts busy sessions and queued jobs for /health.
 A job is cancelled cooperatively: its callbacks raise `Cancelled` at the next segment or
@@ -24,7 +24,7 @@ class Cancelled(Exception):
     """Raised inside a job's callbacks once nobody waits for its result."""
 
 
-class SessionPool:
+class FixedSessionPool:
     """N sessions of one model; `session()` lends one, to one thread, for a job's length."""
 
     def __init__(self, model: Any, n_sessions: int) -> None:
@@ -66,7 +66,7 @@ class Job:
 
 
 class Scheduler:
-    def __init__(self, pool: SessionPool, max_queue: int) -> None:
+    def __init__(self, pool: FixedSessionPool, max_queue: int) -> None:
         self.pool = pool
         self.max_queue = max_queue
         self._lock = threading.Lock()

@@ -20,19 +20,20 @@ import numpy as np
 
 from tensorplan.backends import make_backend
 from tensorplan.errors import ModelError, UserError
-from tensorplan.whisper import backend_choice, weight_cache
-from tensorplan.whisper.formats import load_model_files, source_file
+from tensorplan.whisper.audio.vad import SpeechOnly, VadOptions
+from tensorplan.whisper.decoding.seek_loop import ProgressCallback, SegmentCallback, transcribe
+from tensorplan.whisper.decoding.timing import WordAligner
 from tensorplan.whisper.limits import check_kv_budget
-from tensorplan.whisper.model import WhisperModel
-from tensorplan.whisper.model_options import DEFAULT_MAX_BATCH, ModelOptions
-from tensorplan.whisper.models import DEFAULT_MODEL
+from tensorplan.whisper.model_files import weight_cache
+from tensorplan.whisper.model_files.ct2_weights import ModelDims as Dims
+from tensorplan.whisper.model_files.find import DEFAULT_MODEL
+from tensorplan.whisper.model_files.formats import load_model_files, source_file
 from tensorplan.whisper.options import TranscribeOptions
+from tensorplan.whisper.planned import backend_choice
+from tensorplan.whisper.planned.load_options import DEFAULT_MAX_BATCH, ModelOptions
+from tensorplan.whisper.planned.model import WhisperModel
+from tensorplan.whisper.planned.session import WhisperSession
 from tensorplan.whisper.result import TranscriptionResult
-from tensorplan.whisper.session import WhisperSession
-from tensorplan.whisper.timing import WordAligner
-from tensorplan.whisper.transcribe import ProgressCallback, SegmentCallback, transcribe
-from tensorplan.whisper.vad import SpeechOnly, VadOptions
-from tensorplan.whisper.weights import ModelDims as Dims
 
 Audio = str | os.PathLike[str] | np.ndarray
 
@@ -79,7 +80,7 @@ class Session:
     def _run(self, audio: Audio, options: TranscribeOptions | None,
              on_segment: SegmentCallback | None, progress: ProgressCallback | None,
              vad_options: VadOptions | None, overrides: dict[str, Any]) -> TranscriptionResult:
-        from tensorplan.whisper.audio import open_audio
+        from tensorplan.whisper.audio.decode import open_audio
 
         opts = dataclasses.replace(options or TranscribeOptions(), **overrides)
         samples = open_audio(audio, stream=opts.audio_stream)  # files streamed, arrays checked
@@ -92,13 +93,13 @@ class Session:
     def _decode(self, samples: Any, opts: TranscribeOptions,
                 on_segment: SegmentCallback | None, progress: ProgressCallback | None,
                 vad_options: VadOptions | None) -> TranscriptionResult:
-        from tensorplan.whisper.audio import MelFrames
+        from tensorplan.whisper.audio.mel import MelFrames
 
         if opts.batch_size is not None:  # chunks cut at pauses over the whole file: read it
             return self._run_batched(np.asarray(samples), opts, on_segment, progress,
                                      vad_options)
         speech = None
-        if opts.vad_filter:  # transcribe the speech only; its times are mapped back (vad.py)
+        if opts.vad_filter:  # transcribe the speech only; its times are mapped back (audio/vad.py)
             speech = SpeechOnly.find(samples, vad_options)
             if not speech.chunks:  # nothing to decode
                 return speech.empty_result(opts.language)
@@ -115,9 +116,10 @@ class Session:
                      on_segment: SegmentCallback | None, progress: ProgressCallback | None,
                      vad_options: VadOptions | None) -> TranscriptionResult:
         """Chunks cut at pauses (or the clip_timestamps, one chunk each), decoded in batches."""
-        from tensorplan.whisper.batched import transcribe_batched
-        from tensorplan.whisper.chunks import SAMPLE_RATE, Chunk, merge
-        from tensorplan.whisper.vad import SpeechChunk
+        from tensorplan.whisper.audio.chunks import AudioChunk, merge
+        from tensorplan.whisper.audio.constants import N_SAMPLES, SAMPLE_RATE
+        from tensorplan.whisper.audio.vad import SpeechChunk
+        from tensorplan.whisper.decoding.batched import transcribe_batched
 
         assert opts.batch_size is not None
         chunks = None
@@ -125,9 +127,9 @@ class Session:
             points = [round(t * SAMPLE_RATE) for t in opts.clip_timestamps]
             points += [len(samples)] if len(points) % 2 else []
             chunks = [c for a, b in zip(points[::2], points[1::2], strict=True)
-                      for c in merge([SpeechChunk(a, min(b, len(samples)))], 30 * SAMPLE_RATE)
+                      for c in merge([SpeechChunk(a, min(b, len(samples)))], N_SAMPLES)
                       if c.n_samples > 0]
-            chunks = [Chunk(c.start, c.end) for c in chunks]
+            chunks = [AudioChunk(c.start, c.end) for c in chunks]
         return transcribe_batched(self.state, samples, opts, batch_size=opts.batch_size,
                                   chunks=chunks, vad_options=vad_options,
                                   on_segment=on_segment, progress=progress)
@@ -143,7 +145,7 @@ class Session:
         self.close()
 
 
-class SessionPool:
+class IdleSessionPool:
     """Idle sessions of one model, lent to one caller at a time; at most `keep` idle."""
 
     def __init__(self, whisper: Whisper, keep: int) -> None:
@@ -172,7 +174,7 @@ class Whisper:
         self.model = model
         self.name = name
         self.options = options or ModelOptions(model=name)
-        self.pool = SessionPool(self, keep=max(1, os.cpu_count() or 1))
+        self.pool = IdleSessionPool(self, keep=max(1, os.cpu_count() or 1))
 
     @property
     def dims(self) -> Dims:
@@ -236,7 +238,7 @@ def load_model(name_or_path: str | os.PathLike[str] = DEFAULT_MODEL, *,
 def load(opts: ModelOptions, audio_seconds: float | None = None) -> Whisper:
     """The model `opts` describes, loaded and planned. `audio_seconds`, the audio this
     process will transcribe when known (the CLI's files), lets backend "auto" keep short
-    work on numpy (backend_choice.py); its options then name the backend it runs."""
+    work on numpy (planned/backend_choice.py); its options then name the backend it runs."""
     from tensorplan.backends import threads
 
     threads.configure(opts.threads)

@@ -31,6 +31,7 @@ from typing import Any, Literal, TypeVar, Union
 import numpy as np
 
 from tensorplan.errors import UserError
+from tensorplan.whisper.audio.constants import CHUNK_LENGTH
 from tensorplan.whisper.limits import (
     MAX_PATIENCE,
     MAX_SEED,
@@ -43,7 +44,6 @@ Task = Literal["transcribe", "translate"]
 MAX_BATCH_SIZE = 64  # windows decoded together; 64 tiny windows hold 1.2 GB of cross K/V
 PREPEND_PUNCTUATIONS = "\"'“¿([{-"
 APPEND_PUNCTUATIONS = "\"'.。,，!！?？:：”)]}、"
-CHUNK_SECONDS = 30  # one model window
 MAX_SAMPLE_LEN = 1 << 16  # a sanity bound: decoding stops at the model's context (448) anyway
 
 
@@ -104,8 +104,8 @@ class SearchOptions:
               f"{_short(self.suppress_tokens)}")
         check_float(self, "max_initial_timestamp", optional=True)
         check(self.max_initial_timestamp is None
-              or 0 <= self.max_initial_timestamp <= CHUNK_SECONDS,
-              f"max_initial_timestamp must be between 0 and {CHUNK_SECONDS} seconds, got "
+              or 0 <= self.max_initial_timestamp <= CHUNK_LENGTH,
+              f"max_initial_timestamp must be between 0 and {CHUNK_LENGTH} seconds, got "
               f"{self.max_initial_timestamp}")
 
 
@@ -204,11 +204,11 @@ class TranscribeOptions(SearchOptions):
     # input
     audio_stream: int | None = _opt(
         None, "which audio stream of a file to read, from 0 (default: ffmpeg's choice)")
-    # voice activity detection (whisper/vad.py)
+    # voice activity detection (whisper/audio/vad.py)
     vad_filter: bool = _opt(
         False, "transcribe only the speech Silero VAD finds (needs onnxruntime and silero-vad)")
 
-    # batched transcription (whisper/batched.py)
+    # batched transcription (whisper/decoding/batched.py)
     batch_size: int | None = _opt(
         None, "cut the audio at pauses into chunks of at most 30 s and decode this many "
               "together, each without the previous text (faster-whisper's batched pipeline); "

@@ -1,6 +1,6 @@
-"""Decode the windows of a `WindowBatch` (window_batch.py) together, in lockstep.
+"""Decode the windows of a `WindowBatch` (planned/window_batch.py) together, in lockstep.
 
-Each window gets its own `DecodingTask` (decoding.py), so its logit filters, greedy or
+Each window gets its own `DecodingTask` (window.py), so its logit filters, greedy or
 beam-search decoder and ranking are exactly those of a window decoded alone; only the
 decoder passes are shared: every step feeds the last token of all W*G sequences through
 one planned graph. A window that finished keeps its rows in the graph (re-feeding its last
@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tensorplan.whisper.decoding import DecodingResult, DecodingTask, log_softmax
+from tensorplan.whisper.decoding.window import DecodingResult, DecodingTask, log_softmax
 from tensorplan.whisper.options import DecodingOptions
-from tensorplan.whisper.window_batch import PROMPT_TOKENS, BatchGraphs, WindowBatch
+from tensorplan.whisper.planned.window_batch import PROMPT_TOKENS, BatchGraphs, WindowBatch
 
 if TYPE_CHECKING:
-    from tensorplan.whisper.session import WhisperSession
+    from tensorplan.whisper.planned.session import WhisperSession
 
 
 class _Rows:

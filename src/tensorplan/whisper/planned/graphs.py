@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from tensorplan import dtype as dt
 from tensorplan import ops
 from tensorplan.tensor import Tensor
-from tensorplan.whisper.weights import ModelDims as Dims
+from tensorplan.whisper.model_files.ct2_weights import ModelDims as Dims
 
 Params = Callable[[str], Tensor]  # name (CT2 variable name) -> PARAM leaf
 

@@ -24,15 +24,16 @@ from typing import Protocol
 import numpy as np
 
 from tensorplan.errors import UserError
-from tensorplan.whisper.decoding import DecodingResult, DecodingSession, decode, detect_language
+from tensorplan.whisper.audio.constants import FRAMES_PER_SECOND, N_FRAMES
+from tensorplan.whisper.decoding.window import (
+    DecodingResult,
+    DecodingSession,
+    decode,
+    detect_language,
+)
 from tensorplan.whisper.options import TranscribeOptions, clip_spans
 from tensorplan.whisper.result import Segment, TranscriptionResult
 from tensorplan.whisper.tokenizer import to_language_code
-
-SAMPLE_RATE = 16000
-HOP_LENGTH = 160
-N_FRAMES = 3000  # mel frames in one 30 s window
-FRAMES_PER_SECOND = SAMPLE_RATE // HOP_LENGTH  # 100 mel frames per second
 
 
 class WindowSource(Protocol):

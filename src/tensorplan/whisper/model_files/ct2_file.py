@@ -1,4 +1,4 @@
-"""Read CTranslate2 `model.bin` files: variables, dtypes and aliases (weights.py reads
+"""Read CTranslate2 `model.bin` files: variables, dtypes and aliases (ct2_weights.py reads
 the Whisper model inside).
 
 The file is memory-mapped, never read whole: parsing touches only the variable headers, and

@@ -6,7 +6,7 @@ float32 by default; the encoder's matrices as stored (float16) with weights_dtyp
 its own that all sessions of the model read and none writes.
 
 `arrays` records every converted array by PARAM name, so a load can write them to the
-weight cache (weight_cache.py); given `cached` arrays of a previous load, conversion is
+weight cache (model_files/weight_cache.py); given `cached` arrays of a previous load, conversion is
 skipped and the PARAMs alias those (memory-mapped, read-only) arrays.
 """
 
@@ -20,8 +20,8 @@ import numpy as np
 from tensorplan import ops
 from tensorplan.backends.base import Backend
 from tensorplan.tensor import Tensor
-from tensorplan.whisper.quantize import COMPUTE_TYPES, is_quantized, quantize_rows
-from tensorplan.whisper.weights import ModelDims
+from tensorplan.whisper.model_files.ct2_weights import ModelDims
+from tensorplan.whisper.planned.quantize import COMPUTE_TYPES, is_quantized, quantize_rows
 
 EMBEDDING = "decoder/embeddings/weight"  # the token embedding, tied to the logits
 WEIGHT_DTYPES = ("float32", "float16")

@@ -21,16 +21,17 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from tensorplan.errors import UserError
+from tensorplan.whisper.audio.constants import FRAMES_PER_SECOND, N_FRAMES
+from tensorplan.whisper.decoding.seek_loop import WindowSegments
 from tensorplan.whisper.options import (
     APPEND_PUNCTUATIONS,
     PREPEND_PUNCTUATIONS,
     TranscribeOptions,
 )
 from tensorplan.whisper.result import Segment, Word
-from tensorplan.whisper.transcribe import FRAMES_PER_SECOND, N_FRAMES, WindowSegments
 
 if TYPE_CHECKING:
-    from tensorplan.whisper.session import Alignment
+    from tensorplan.whisper.planned.session import Alignment
     from tensorplan.whisper.tokenizer import Tokenizer
 
 TOKENS_PER_SECOND = 50  # encoder positions per second: one per 2 mel frames, 0.02 s each

@@ -1,5 +1,5 @@
 """The Whisper model inside a CTranslate2 directory: its dimensions, config.json, and the
-weights by layer (ct2.py reads the model.bin itself).
+weights by layer (ct2_file.py reads the model.bin itself).
 """
 
 from __future__ import annotations
@@ -18,49 +18,14 @@ from numpy.typing import DTypeLike
 
 from tensorplan.errors import ModelError, UserError
 from tensorplan.files import MAX_MODEL_TEXT_BYTES, read_bytes
-from tensorplan.whisper.ct2 import (  # the reader's names, re-exported for older imports
-    DTYPES as DTYPES,
+from tensorplan.whisper.model_files.ct2_file import (
+    MAX_TEXT_CTX,
+    N_AUDIO_CTX,
+    SUPPORTED_N_MELS,
+    ModelBin,
+    read_model_bin,
 )
-from tensorplan.whisper.ct2 import (
-    INT16_DEFAULT_SCALE as INT16_DEFAULT_SCALE,
-)
-from tensorplan.whisper.ct2 import (
-    MAX_BINARY_VERSION as MAX_BINARY_VERSION,
-)
-from tensorplan.whisper.ct2 import (
-    MAX_RANK as MAX_RANK,
-)
-from tensorplan.whisper.ct2 import (
-    MAX_TEXT_CTX as MAX_TEXT_CTX,
-)
-from tensorplan.whisper.ct2 import (
-    MAX_WHISPER_REVISION as MAX_WHISPER_REVISION,
-)
-from tensorplan.whisper.ct2 import (
-    N_AUDIO_CTX as N_AUDIO_CTX,
-)
-from tensorplan.whisper.ct2 import (
-    SUPPORTED_N_MELS as SUPPORTED_N_MELS,
-)
-from tensorplan.whisper.ct2 import (
-    WHISPER_SPEC as WHISPER_SPEC,
-)
-from tensorplan.whisper.ct2 import (
-    ModelBin as ModelBin,
-)
-from tensorplan.whisper.ct2 import (
-    Variable as Variable,
-)
-from tensorplan.whisper.ct2 import (
-    dequantize as dequantize,
-)
-from tensorplan.whisper.ct2 import (
-    map_file as map_file,
-)
-from tensorplan.whisper.ct2 import (
-    read_model_bin as read_model_bin,
-)
-from tensorplan.whisper.models import DEFAULT_MODEL, resolve_model
+from tensorplan.whisper.model_files.find import DEFAULT_MODEL, resolve_model
 
 # --- Whisper ---------------------------------------------------------------------------------
 

@@ -21,9 +21,9 @@ from tensorplan.backends.base import TemplateBuffer, TemplateBufferType, templat
 from tensorplan.graph import Graph
 from tensorplan.pipeline import Pipeline
 from tensorplan.tensor import Tensor
-from tensorplan.whisper import graphs
-from tensorplan.whisper.params import ComputeWeights
-from tensorplan.whisper.weights import ModelDims as Dims
+from tensorplan.whisper.model_files.ct2_weights import ModelDims as Dims
+from tensorplan.whisper.planned import graphs
+from tensorplan.whisper.planned.compute_weights import ComputeWeights
 
 PROMPT_TOKENS = 4  # sot, language, task, no-timestamps: the whole prompt in one pass
 CONTEXT_BUCKETS = (32, 64, 128, 256)  # cache rows a step reads; the last bucket is n_text_ctx

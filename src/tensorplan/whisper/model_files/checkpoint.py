@@ -39,7 +39,8 @@ import numpy as np
 
 from tensorplan.errors import ModelError, UserError
 from tensorplan.files import atomic_write
-from tensorplan.whisper.weights import ModelDims, map_file
+from tensorplan.whisper.model_files.ct2_file import map_file
+from tensorplan.whisper.model_files.ct2_weights import ModelDims
 
 ZIP_MAGIC = b"PK\x03\x04"
 LEGACY_MAGIC = b"\x80\x02\x8a\x0al\xfc\x9cF\xf9 j\xa8P\x19."  # torch < 1.6 serialization

@@ -23,12 +23,12 @@ from tensorplan.backends.base import Backend, TemplateBufferType, templates_of
 from tensorplan.graph import Graph
 from tensorplan.pipeline import Pipeline
 from tensorplan.tensor import Tensor
-from tensorplan.whisper import graphs
-from tensorplan.whisper.params import WEIGHT_DTYPES, ComputeWeights, StoredWeights
+from tensorplan.whisper.model_files.ct2_weights import ModelDims as Dims
+from tensorplan.whisper.model_files.ct2_weights import WhisperConfig
+from tensorplan.whisper.planned import graphs
+from tensorplan.whisper.planned.compute_weights import WEIGHT_DTYPES, ComputeWeights, StoredWeights
+from tensorplan.whisper.planned.window_batch import WindowBatch, plan_window_batch
 from tensorplan.whisper.tokenizer import Tokenizer
-from tensorplan.whisper.weights import ModelDims as Dims
-from tensorplan.whisper.weights import WhisperConfig
-from tensorplan.whisper.window_batch import WindowBatch, plan_window_batch
 
 log = logging.getLogger("tensorplan.whisper")
 

@@ -51,7 +51,7 @@ def audio_seconds(
     """The total duration these files declare (their containers' headers, not decoded),
     cut to what `clips` will transcribe of each, or None when any is unknown (unreadable,
     a stream without a duration)."""
-    from tensorplan.whisper.audio import plain_wav_seconds
+    from tensorplan.whisper.audio.decode import plain_wav_seconds
 
     total = 0.0
     for path in paths:

@@ -18,15 +18,15 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from tensorplan import alloc
 from tensorplan.alloc import GraphAllocator
 from tensorplan.graph import Graph
 from tensorplan.pipeline import Pipeline, Stage, joint_graph
 from tensorplan.tensor import Flag, Tensor
-from tensorplan.whisper.api import Whisper
-from tensorplan.whisper.model import WhisperModel
-from tensorplan.whisper.weights import ModelDims as Dims
+from tensorplan.whisper.model_files.ct2_weights import ModelDims as Dims
+from tensorplan.whisper.planned.model import WhisperModel
 
 MB = 1_000_000
 WINDOW_STAGES = ("conv", "encoder", "cross")  # run once per 30 s window (the decoder per token)
@@ -93,10 +93,17 @@ class ReferenceRow:
     source: str
 
 
+class LoadedModel(Protocol):
+    """What the reports read of the API's `Whisper` (which sits above): its planned model."""
+
+    @property
+    def model(self) -> WhisperModel: ...
+
+
 # ---- the report -----------------------------------------------------------------------------
-def memory_report(model: WhisperModel | Whisper) -> MemoryReport:
+def memory_report(model: WhisperModel | LoadedModel) -> MemoryReport:
     """The memory of a loaded (planned) model, per buffer, against its lower bounds."""
-    m = model.model if isinstance(model, Whisper) else model
+    m = model if isinstance(model, WhisperModel) else model.model
     pipe = m.pipeline
     kv_cross = _roots(t for pair in m.kv_cross for t in pair)
     kv_self = _roots(t for pair in m.kv_self for t in pair)
@@ -350,11 +357,11 @@ class ArenaLayout:
         return sum(s.buffer_bytes for s in self.buffers) + sum(n for _, n in self.outside)
 
 
-def arena_layout(model: WhisperModel | Whisper) -> ArenaLayout:
+def arena_layout(model: WhisperModel | LoadedModel) -> ArenaLayout:
     """Every planned tensor of the conv, encoder, cross and worst-case decoder graphs, in
     timeline order. Separate buffers stand side by side, each with its own offsets; the
     joint arena is one timeline with the other decoder graphs' steps left out."""
-    m = model.model if isinstance(model, Whisper) else model
+    m = model if isinstance(model, WhisperModel) else model.model
     pipe = m.pipeline
     kv_cross = _roots(t for pair in m.kv_cross for t in pair)
     shown = [_worst(group) for group in _measure(pipe, kv_cross).values()

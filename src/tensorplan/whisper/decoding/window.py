@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from tensorplan.errors import UserError
+from tensorplan.whisper.audio.constants import CHUNK_LENGTH
 from tensorplan.whisper.options import DecodingOptions
 
 if TYPE_CHECKING:
+    from tensorplan.whisper.model_files.ct2_weights import ModelDims, WhisperConfig
     from tensorplan.whisper.tokenizer import Tokenizer
-    from tensorplan.whisper.weights import ModelDims, WhisperConfig
 
-CHUNK_LENGTH = 30  # seconds of audio in one window
 
 
 class Inference(Protocol):

@@ -1,7 +1,7 @@
 """Batched transcription of long audio (faster-whisper's BatchedInferencePipeline).
 
-The audio is cut at pauses into chunks of at most 30 s (chunks.py); `batch_size` chunks at
-a time are encoded into one `WindowBatch` and decoded together (batch_decoding.py). Each
+The audio is cut at pauses into chunks of at most 30 s (audio/chunks.py); `batch_size` chunks at
+a time are encoded into one `WindowBatch` and decoded together (lockstep.py). Each
 chunk is decoded on its own terms, as faster-whisper's pipeline does: no previous text
 (only `initial_prompt`, in every chunk), the first temperature only (no fallback), the
 whole chunk in one window (no seek inside it). Segments come back in time order with
@@ -17,27 +17,25 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tensorplan.whisper.audio import MelFrames
-from tensorplan.whisper.batch_decoding import decode_batch
-from tensorplan.whisper.chunks import SAMPLE_RATE, Chunk, cut
-from tensorplan.whisper.decoding import DecodingResult, detect_language
-from tensorplan.whisper.options import TranscribeOptions
-from tensorplan.whisper.result import Segment, TranscriptionResult
-from tensorplan.whisper.session import WhisperSession
-from tensorplan.whisper.timing import WordAligner
-from tensorplan.whisper.tokenizer import to_language_code
-from tensorplan.whisper.transcribe import (
-    FRAMES_PER_SECOND,
-    HOP_LENGTH,
-    N_FRAMES,
+from tensorplan.whisper.audio.chunks import AudioChunk, cut
+from tensorplan.whisper.audio.constants import FRAMES_PER_SECOND, HOP_LENGTH, N_FRAMES, SAMPLE_RATE
+from tensorplan.whisper.audio.mel import MelFrames
+from tensorplan.whisper.audio.vad import VadOptions
+from tensorplan.whisper.decoding.lockstep import decode_batch
+from tensorplan.whisper.decoding.seek_loop import (
     ProgressCallback,
     SeekLoop,
     SegmentCallback,
     Window,
     WindowSegments,
 )
-from tensorplan.whisper.vad import VadOptions
-from tensorplan.whisper.window_batch import WindowBatch
+from tensorplan.whisper.decoding.timing import WordAligner
+from tensorplan.whisper.decoding.window import DecodingResult, detect_language
+from tensorplan.whisper.options import TranscribeOptions
+from tensorplan.whisper.planned.session import WhisperSession
+from tensorplan.whisper.planned.window_batch import WindowBatch
+from tensorplan.whisper.result import Segment, TranscriptionResult
+from tensorplan.whisper.tokenizer import to_language_code
 
 MIN_REMAINDER_SECONDS = 1.5  # a shorter rest of a chunk is its trailing pause
 
@@ -59,7 +57,7 @@ def batch_windows(batch_size: int, n_chunks: int) -> int:
 
 def transcribe_batched(session: WhisperSession, samples: np.ndarray,
                        options: TranscribeOptions, *, batch_size: int,
-                       chunks: Sequence[Chunk] | None = None,
+                       chunks: Sequence[AudioChunk] | None = None,
                        vad_options: VadOptions | None = None,
                        on_segment: SegmentCallback | None = None,
                        progress: ProgressCallback | None = None) -> TranscriptionResult:
@@ -101,7 +99,7 @@ class _Windows:
         self.pending: list[Segment] = []  # decoded, not yet known to be in time order
         self.segments: list[Segment] = []
 
-    def run(self, batch: WindowBatch, chunks: Sequence[Chunk]) -> list[Chunk]:
+    def run(self, batch: WindowBatch, chunks: Sequence[AudioChunk]) -> list[AudioChunk]:
         """Decode the chunks; returns the remainders to decode again (see `remainder`)."""
         windows = []
         for slot, chunk in enumerate(chunks):
@@ -173,7 +171,7 @@ class _NoFrames:
         raise NotImplementedError
 
 
-def remainder(chunk: Chunk, segments: Sequence[Segment]) -> Chunk | None:
+def remainder(chunk: AudioChunk, segments: Sequence[Segment]) -> AudioChunk | None:
     """The end of a chunk its transcript stopped short of, to decode again as a chunk of
     its own. Whisper often ends a window with eot before speech that reaches the window's
     end (a sequential transcription seeks there and decodes it in the next window): left
@@ -183,14 +181,14 @@ def remainder(chunk: Chunk, segments: Sequence[Segment]) -> Chunk | None:
     end = round(max(s.end for s in segments) * SAMPLE_RATE)
     if chunk.end - end < MIN_REMAINDER_SECONDS * SAMPLE_RATE or end <= chunk.start:
         return None
-    return Chunk(end, chunk.end)
+    return AudioChunk(end, chunk.end)
 
 
 def _no_aligner(decoded: WindowSegments) -> WindowSegments:
     return decoded  # SeekLoop insists on one with word_timestamps; each chunk makes its own
 
 
-def _window(samples: np.ndarray, chunk: Chunk, n_mels: int) -> Window:
+def _window(samples: np.ndarray, chunk: AudioChunk, n_mels: int) -> Window:
     """The chunk's log-mel on its own (normalized by its own maximum, as faster-whisper's
     feature extractor sees each chunk), zero-padded to one 30 s window. It starts on a
     mel frame, so the window's offset (in frames) is exact."""
@@ -202,7 +200,7 @@ def _window(samples: np.ndarray, chunk: Chunk, n_mels: int) -> Window:
     return Window(seek, n, mel)
 
 
-def _language(session: WhisperSession, samples: np.ndarray, chunks: Sequence[Chunk],
+def _language(session: WhisperSession, samples: np.ndarray, chunks: Sequence[AudioChunk],
               options: TranscribeOptions) -> tuple[str, dict[str, float] | None]:
     """The given language, "en" for English-only models, or the one detected on the first
     chunk (one language per file: the batch shares one prompt)."""

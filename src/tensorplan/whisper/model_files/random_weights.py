@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tensorplan.whisper.weights import ModelDims, WhisperConfig
+from tensorplan.whisper.model_files.ct2_weights import ModelDims, WhisperConfig
 
 # openai/whisper's ModelDimensions of the released checkpoints (n_mels, audio ctx, state,
 # heads, layers, vocab, text ctx, state, heads, layers)

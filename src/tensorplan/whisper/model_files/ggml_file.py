@@ -37,7 +37,8 @@ import numpy as np
 
 from tensorplan.errors import ModelError
 from tensorplan.files import atomic_write
-from tensorplan.whisper.weights import ModelDims, map_file
+from tensorplan.whisper.model_files.ct2_file import map_file
+from tensorplan.whisper.model_files.ct2_weights import ModelDims
 
 GGML_MAGIC = 0x67676D6C
 QNT_VERSION_FACTOR = 1000  # ftype = quantization version × 1000 + type

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from tensorplan.errors import UserError
-from tensorplan.whisper.vad import SpeechChunk, VadOptions, get_speech_timestamps
+from tensorplan.whisper.audio.constants import CHUNK_LENGTH, SAMPLE_RATE
+from tensorplan.whisper.audio.vad import SpeechChunk, VadOptions, get_speech_timestamps
 
-SAMPLE_RATE = 16000
-MAX_CHUNK_SECONDS = 30.0
+MAX_CHUNK_SECONDS = float(CHUNK_LENGTH)  # a chunk fills at most one model window
 FRAME = 320  # 20 ms energy frames
 MIN_PAUSE_FRAMES = 8  # 160 ms: a shorter dip in energy is inside speech
 PAD_FRAMES = 10  # 200 ms kept around energy-detected speech
@@ -32,7 +32,7 @@ FLOOR_MARGIN_DB = 15.0  # speech: this far above the file's noise floor (10th pe
 
 
 @dataclass(frozen=True, slots=True)
-class Chunk:
+class AudioChunk:
     """Samples [start, end) of the original audio, at most 30 s."""
 
     start: int
@@ -53,7 +53,7 @@ def batch_vad_options() -> VadOptions:
 
 
 def cut(samples: np.ndarray, vad_options: VadOptions | None = None, *,
-        use_vad: bool | None = None) -> list[Chunk]:
+        use_vad: bool | None = None) -> list[AudioChunk]:
     """The chunks to transcribe, in order; none for audio without speech.
     use_vad: None uses Silero VAD when installed, False always the energy cut."""
     if len(samples) == 0:
@@ -70,23 +70,23 @@ def cut(samples: np.ndarray, vad_options: VadOptions | None = None, *,
     return merge(spans, round(MAX_CHUNK_SECONDS * SAMPLE_RATE))
 
 
-def merge(spans: Sequence[SpeechChunk], max_samples: int) -> list[Chunk]:
+def merge(spans: Sequence[SpeechChunk], max_samples: int) -> list[AudioChunk]:
     """Speech spans (in order) joined into chunks of at most max_samples each; a longer
     span is cut hard (VAD never gives one: it splits at max_speech_duration_s itself)."""
-    chunks: list[Chunk] = []
+    chunks: list[AudioChunk] = []
     start = end = -1
     for span in spans:
         if start >= 0 and span.end - start <= max_samples:
             end = span.end
             continue
         if start >= 0:
-            chunks.append(Chunk(start, end))
+            chunks.append(AudioChunk(start, end))
         start, end = span.start, span.end
         while end - start > max_samples:
-            chunks.append(Chunk(start, start + max_samples))
+            chunks.append(AudioChunk(start, start + max_samples))
             start += max_samples
     if start >= 0:
-        chunks.append(Chunk(start, end))
+        chunks.append(AudioChunk(start, end))
     return chunks
 
 

@@ -2,8 +2,8 @@
 
 A `WhisperSession` binds every template buffer of a `WhisperModel` (model.py) to zeroed
 memory of its own and runs the model's planned graphs through its own executor, so
-sessions on different threads never share a byte they write. It is what decoding.py and
-transcribe.py call a `DecodingSession`: `encode(mel)` holds one window, `inference(n)`
+sessions on different threads never share a byte they write. It is what decoding/window.py and
+decoding/seek_loop.py call a `DecodingSession`: `encode(mel)` holds one window, `inference(n)`
 decodes against it, `align(tokens, rows)` aligns words. A session is used by one thread at
 a time; `reset()` zeroes its memory after a failed or non-finite run.
 """
@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from tensorplan.backends.base import Executor, bind_templates
-from tensorplan.whisper import graphs
-from tensorplan.whisper.model import HEAD_ROWS, PROMPT_BUCKETS, DecoderGraph, WhisperModel
-from tensorplan.whisper.window_batch import BatchDecoder, BatchGraphs, WindowBatch
+from tensorplan.whisper.planned import graphs
+from tensorplan.whisper.planned.model import HEAD_ROWS, PROMPT_BUCKETS, DecoderGraph, WhisperModel
+from tensorplan.whisper.planned.window_batch import BatchDecoder, BatchGraphs, WindowBatch
 
 
 @dataclass(frozen=True, slots=True)

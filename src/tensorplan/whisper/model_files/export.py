@@ -20,15 +20,19 @@ from pathlib import Path
 import numpy as np
 
 from tensorplan.errors import ModelError, UserError
-from tensorplan.whisper.audio import mel_filters
-from tensorplan.whisper.checkpoint import write_checkpoint
-from tensorplan.whisper.formats import load_model_files, openai_pieces, openai_state_dict
-from tensorplan.whisper.ggml_file import write_ggml
-from tensorplan.whisper.models import DEFAULT_MODEL
+from tensorplan.whisper.audio.mel import mel_filters
+from tensorplan.whisper.model_files.checkpoint import write_checkpoint
+from tensorplan.whisper.model_files.ct2_weights import WhisperWeights
+from tensorplan.whisper.model_files.find import DEFAULT_MODEL
+from tensorplan.whisper.model_files.formats import (
+    load_model_files,
+    openai_pieces,
+    openai_state_dict,
+)
+from tensorplan.whisper.model_files.ggml_file import write_ggml
 from tensorplan.whisper.tokenizer import Tokenizer
-from tensorplan.whisper.weights import WhisperWeights
 
-log = logging.getLogger("tensorplan.whisper.export")
+log = logging.getLogger("tensorplan.whisper.model_files.export")
 
 EXPORT_FORMATS = ("openai", "ggml")
 

@@ -32,9 +32,9 @@ import numpy as np
 
 from tensorplan.backends import threads as pools
 from tensorplan.errors import UserError
+from tensorplan.whisper.audio.constants import SAMPLE_RATE
 from tensorplan.whisper.result import Segment, TranscriptionResult, Word
 
-SAMPLE_RATE = 16000
 WINDOW_SAMPLES = 512  # 32 ms: one speech probability each
 CONTEXT_SAMPLES = 64  # the tail of the previous window, put before each window (v5+ models)
 STATE_SHAPE = (2, 1, 128)  # the LSTM state carried from window to window

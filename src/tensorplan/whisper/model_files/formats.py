@@ -36,25 +36,24 @@ from typing import Any
 import numpy as np
 
 from tensorplan.errors import ModelError
-from tensorplan.whisper.checkpoint import ZIP_MAGIC, read_checkpoint
-from tensorplan.whisper.ggml_file import GGML_MAGIC, GgmlFile, read_ggml
-from tensorplan.whisper.models import (
+from tensorplan.whisper.model_files.checkpoint import ZIP_MAGIC, read_checkpoint
+from tensorplan.whisper.model_files.ct2_file import ModelBin, Variable
+from tensorplan.whisper.model_files.ct2_weights import (
+    ModelDims,
+    WhisperConfig,
+    WhisperWeights,
+    expected_shapes,
+    infer_dims,
+)
+from tensorplan.whisper.model_files.find import (
     _MAX_PACKAGES,
     _SPLIT_MODELS,
     DEFAULT_MODEL,
     _data_dir,
     resolve_model,
 )
+from tensorplan.whisper.model_files.ggml_file import GGML_MAGIC, GgmlFile, read_ggml
 from tensorplan.whisper.tokenizer import Tokenizer, load_tokenizer
-from tensorplan.whisper.weights import (
-    ModelBin,
-    ModelDims,
-    Variable,
-    WhisperConfig,
-    WhisperWeights,
-    expected_shapes,
-    infer_dims,
-)
 
 Heads = tuple[tuple[int, int], ...]
 FORMATS = ("ct2", "openai", "ggml")
