@@ -205,3 +205,15 @@ def test_whisper_wings_say_their_job() -> None:
         doc = ast.get_docstring(ast.parse((SRC / "whisper" / wing / "__init__.py").read_text()))
         assert doc and "May import" in doc, f"whisper/{wing}/__init__.py: no job or import rule"
 
+
+
+def test_the_hard_trace_search_is_entered_only_from_offline() -> None:
+    """alloc/search/ sits behind offline's two entry points; the graph path never imports it."""
+    for f in sorted((SRC / "alloc").glob("*.py")):
+        used = {m for m in _modules(f) if m.startswith("tensorplan.alloc.search")}
+        assert not used or f.name == "offline.py", f"{f.relative_to(SRC)} imports {used}"
+    for f in sorted((SRC / "alloc" / "search").glob("*.py")):
+        outside = {m.split(".")[1] for m in _modules(f)} - {"alloc", "machine"}
+        up = {m for m in _modules(f) if m.startswith("tensorplan.alloc.")
+              and not m.startswith("tensorplan.alloc.search")}
+        assert not outside and not up, f"{f.relative_to(SRC)} imports {outside | up}"

@@ -1,4 +1,4 @@
-"""The exact strategy's CP-SAT stage (alloc/cpsat.py): its model is the packing problem
+"""The exact strategy's CP-SAT stage (alloc/search/cpsat.py): its model is the packing problem
 (every pair live together shares a NoOverlap), its packings are valid, never higher than
 the one it starts from, and optimal where it says so; exact without OR-Tools still works."""
 
@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 
-from tensorplan.alloc import cpsat, offline
-from tensorplan.alloc.improve import Improved
+from tensorplan.alloc import offline
 from tensorplan.alloc.offline import load, solve
+from tensorplan.alloc.search import cpsat
+from tensorplan.alloc.search.improve import Improved
 
 from .test_search import Items, brute_force, items, valid
 

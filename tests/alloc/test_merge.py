@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tensorplan.alloc.improve import _attempt, _Budget, _Guess, improve
-from tensorplan.alloc.merge import GUESSES, Merged, guesses, merge
 from tensorplan.alloc.offline import load
-from tensorplan.alloc.search import Outcome, Problem, Status, decide
+from tensorplan.alloc.search.dfs import Outcome, Problem, Status, decide
+from tensorplan.alloc.search.improve import _attempt, _Budget, _Guess, improve
+from tensorplan.alloc.search.merge import GUESSES, Merged, guesses, merge
 
 from .test_pack import cut_rectangle
 from .test_search import Items, items, valid
@@ -77,7 +77,7 @@ def test_guesses_that_merge_nothing_or_repeat_one_are_left_out() -> None:
 
 
 def test_cut_rectangles_are_rebuilt_at_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tensorplan.alloc import improve as imp
+    from tensorplan.alloc.search import improve as imp
 
     found_on: list[Problem] = []
     search = imp._search

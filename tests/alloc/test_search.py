@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from tensorplan.alloc import pack
 from tensorplan.alloc.offline import load, solve
-from tensorplan.alloc.search import Problem, Status, _Search, decide
+from tensorplan.alloc.search.dfs import Problem, Status, _Search, decide
 
 from .test_pack import cut_rectangle, no_overlap
 
@@ -197,7 +197,7 @@ def test_minimallocs_preorders_weigh_lifetimes_in_time_steps() -> None:
 def test_pack_hands_the_search_the_traces_own_times(monkeypatch: pytest.MonkeyPatch) -> None:
     """pack renumbers sparse times for its greedy passes, but the search must see the
     originals, or MiniMalloc's W and A preorders rank sections instead of time."""
-    from tensorplan.alloc.improve import improve
+    from tensorplan.alloc.search.improve import improve
 
     seen: list[list[int]] = []
 
@@ -220,7 +220,7 @@ def test_an_incomplete_search_giving_up_is_no_proof() -> None:
     exists; the bisection must not take that as a proof. (Found by a review: the round
     robin stopped after 4 nodes, the valley search said "none" at 3, and improve called
     the start's height 4 optimal.)"""
-    from tensorplan.alloc.improve import improve
+    from tensorplan.alloc.search.improve import improve
 
     lo, hi, size = [3, 1, 2, 5, 7], [9, 2, 6, 9, 12], [1, 2, 1, 1, 1]
     p = Problem(lo, hi, size)
@@ -237,7 +237,7 @@ def test_a_bisection_that_gave_up_sweeps_again(monkeypatch: pytest.MonkeyPatch) 
     """Capacities given up on without proof are tried again with the nodes left: the
     first sweep's attempts all fail, the second finds a packing, and only an attempt's
     INFEASIBLE moves the proven floor."""
-    from tensorplan.alloc import improve as imp
+    from tensorplan.alloc.search import improve as imp
 
     lo, hi, size = [0, 0, 1], [1, 0, 1], [2, 1, 1]  # bound 3
     calls: list[tuple[int, int]] = []

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tensorplan.alloc import valleys
 from tensorplan.alloc.offline import load
-from tensorplan.alloc.search import Problem, Status
-from tensorplan.alloc.valleys import Valleys, find
+from tensorplan.alloc.search import valleys
+from tensorplan.alloc.search.dfs import Problem, Status
+from tensorplan.alloc.search.valleys import Valleys, find
 
 from .test_pack import cut_rectangle
 from .test_search import Items, brute_force, items, valid
@@ -212,7 +212,7 @@ def test_a_restarts_ties_are_the_order_nudged_not_shuffled() -> None:
 def test_restarts_take_the_preorders_in_turn_then_jittered(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from tensorplan.alloc import improve as imp
+    from tensorplan.alloc.search import improve as imp
 
     lo, hi, size = _columns(cut_rectangle(2, depth=6, width=200, span=30))
     p = Problem(lo, hi, size)
@@ -247,7 +247,7 @@ def test_a_tree_searched_through_is_a_proof_whatever_the_nodes_left() -> None:
     # every section full, the bound does not fit: once a run has searched its whole tree,
     # the answer must stay "none" however many nodes are left (found by a review: later
     # runs repeated it in a node or two each, and the last, cut short, said ABORTED)
-    from tensorplan.alloc import improve as imp
+    from tensorplan.alloc.search import improve as imp
 
     lo, hi = [0, 0, 1, 1, 2, 2, 3, 4, 5], [1, 0, 4, 2, 3, 2, 5, 4, 5]
     size = [2, 2, 1, 1, 1, 1, 2, 1, 2]

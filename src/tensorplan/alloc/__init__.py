@@ -5,6 +5,17 @@ view root, flags, inputs, op and buffer id (docs/allocator.md, the allocator con
 strategies: `offline` (default: all lifetimes known up front, packed to the lower bound
 where it can, with a bounded search), `exact` (searches until the optimum is proven or the
 budget ends) and `ggml` (ggml-alloc's online rules, the faithful baseline).
+
+How to read it, top down along the graph path (as ggml-alloc.c reads: graph allocator,
+dynamic allocator, tensor allocator):
+- allocator.py: `GraphAllocator`, the object a backend holds: plans, owns buffers, binds;
+- planner.py: `plan_graph`, a graph to a `Plan` (plan.py: the values handed back);
+- liveness.py: live intervals and in-place decisions, grouped into blocks of bytes;
+- offline.py (default) or ggml.py (ggml-alloc's rules): blocks to offsets;
+- freelist.py: ggml-alloc's dynamic allocator on plain ints, which ggml.py drives.
+Beside the path: verify.py (an independent checker and the lower bound), pack.py and
+trace.py (plain lifetimes with no graph, and their CSV files), and search/ (the hard-trace
+search, entered only from offline.py).
 """
 
 from __future__ import annotations

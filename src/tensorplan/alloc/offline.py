@@ -11,10 +11,10 @@ moves items that set the peak earlier in the order. Any result equal to the lowe
 Overlap lookups go through time buckets: a placed item is listed in every bucket its
 interval touches, and a query counts each item once, at the first bucket both share.
 
-When the best pass misses the bound, a search (improve.py) takes over from it: at most
+When the best pass misses the bound, a search (search/improve.py) takes over from it: at most
 `max_nodes` nodes and `budget_s` seconds of wall clock. `exact` (max_nodes=None) first runs
 that same search with DEFAULT_MAX_NODES, so it is never worse than `offline`, then spends
-the rest of its time in CP-SAT where OR-Tools is installed (cpsat.py), else in the same
+the rest of its time in CP-SAT where OR-Tools is installed (search/cpsat.py), else in the same
 search with no node limit, its time shared out between capacities.
 
 Determinism: the greedy passes are bought through a fixed cost model (work units counted
@@ -34,8 +34,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
-from tensorplan.alloc.improve import Improved, improve
 from tensorplan.alloc.plan import UNLIMITED, PlanError
+from tensorplan.alloc.search.improve import Improved, improve
 
 DEFAULT_BUDGET_S = 10.0  # a wall-clock stop for the search; the node limit comes first
 HEURISTIC_S = 0.05  # what the greedy passes and the hill climb may cost, at most
@@ -353,8 +353,8 @@ def _exact_rest(lo: list[int], hi: list[int], size: list[int], found: Improved, 
                 deadline: float) -> Improved:
     """exact's time after the default search: CP-SAT where OR-Tools is installed (it
     proves packings at the bound that the own search does not, and improves others:
-    cpsat.py has the numbers), else the own search with no node limit."""
-    from tensorplan.alloc import cpsat
+    search/cpsat.py has the numbers), else the own search with no node limit."""
+    from tensorplan.alloc.search import cpsat
 
     if cpsat.available():
         return cpsat.improve(lo, hi, size, found, bound, deadline - time.perf_counter())

@@ -23,7 +23,7 @@ import dataclasses
 import heapq
 from collections.abc import Sequence
 
-from tensorplan.alloc.improve import Improved
+from tensorplan.alloc.search.improve import Improved
 from tensorplan.machine import cores
 
 # The share of the time given that goes to "does a packing fit at the bound?": CP-SAT

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import random
 
-from tensorplan.alloc.search import Outcome, Problem, Status, Undo, _Search
+from tensorplan.alloc.search.dfs import Outcome, Problem, Status, Undo, _Search
 
 # (first section, stop section, floor, side: 1 left corner, -1 right corner, 0 open valley)
 Spot = tuple[int, int, int, int]
@@ -210,7 +210,7 @@ def find(
     """One fail-first skyline search for a packing within `capacity`. `dead` (shared by
     the caller between searches of one capacity and mode) holds the states searched
     through in vain; a restart skips them whatever its try order. `energetic` adds the
-    check by min offsets (search.py) at every placement that raises one."""
+    check by min offsets (dfs.py) at every placement that raises one."""
     if not p.items:
         return Outcome(Status.FOUND, [0] * p.n, 0, 0)
     v = Valleys(p, capacity, order, seed, every_corner, dead, energetic)

@@ -27,9 +27,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tensorplan.alloc.merge import Merged, guesses
-from tensorplan.alloc.search import Outcome, Problem, Status, decide
-from tensorplan.alloc.valleys import find
+from tensorplan.alloc.search.dfs import Outcome, Problem, Status, decide
+from tensorplan.alloc.search.merge import Merged, guesses
+from tensorplan.alloc.search.valleys import find
 
 VALLEY_NODES = 40  # per item, per valley restart: its finds took 1-30 per item
 # The same where every section is full: there the finds came at 1-5 per item (pinwheel,
