@@ -35,7 +35,7 @@ def test_configure_sets_the_blas_pool() -> None:
 
 def test_every_product_runs_on_the_configured_count() -> None:
     """Small and big alike: a count changed per product made concurrent sessions differ
-    from a lone run (tests/whisper/test_sessions.py checks the transcripts)."""
+    from a lone run (tests/whisper/planned/test_sessions.py checks the transcripts)."""
     if threads._blas() is None:
         pytest.skip("threadpoolctl finds no BLAS")
     numpys = threads._blas()  # the BLAS numpy's products run on (asked, not our record)

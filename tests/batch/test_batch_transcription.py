@@ -35,7 +35,7 @@ from tensorplan.errors import UserError
 from tensorplan.whisper.options import TranscribeOptions
 from tensorplan.whisper.result import Segment, TranscriptionResult
 
-JFK = Path(__file__).resolve().parents[1] / "samples" / "jfk.wav"
+JFK = Path(__file__).resolve().parents[2] / "samples" / "jfk.wav"
 CLIPS = {  # name: (start, end) seconds of jfk.wav, cut in its pauses, and what tiny.en says
     "fellow": (0.0, 2.6, "and so my fellow americans"),
     "ask_not": (2.6, 7.8, "ask not what your country can do for you"),

@@ -249,7 +249,7 @@ def test_every_pytorch_hint_says_the_same() -> None:
     """Hints name PyTorch's CPU build from its own index (PyPI's Linux default is CUDA)."""
     from tensorplan.backends import TORCH_INSTALL
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     for path in (root / "src" / "tensorplan").rglob("*.py"):
         text = path.read_text()
         for other in ("pip install torch==", "pip install 'tensorplan[torch]'",
@@ -261,7 +261,7 @@ def test_every_pytorch_hint_says_the_same() -> None:
 
 def test_an_openai_whisper_command_line_end_to_end(tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    jfk = Path(__file__).resolve().parents[1] / "samples" / "jfk.wav"
+    jfk = Path(__file__).resolve().parents[2] / "samples" / "jfk.wav"
     try:
         resolve_model("tiny.en")
     except ModelError as e:

@@ -22,7 +22,7 @@ from tensorplan.whisper.audio.constants import N_SAMPLES
 from tensorplan.whisper.audio.decode import load_audio
 from tensorplan.whisper.audio.mel import MelFrames, log_mel_spectrogram, mel_filters
 
-JFK = Path(__file__).resolve().parents[2] / "samples" / "jfk.wav"
+JFK = Path(__file__).resolve().parents[3] / "samples" / "jfk.wav"
 
 
 @pytest.fixture(scope="module")

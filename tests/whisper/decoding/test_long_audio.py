@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from whisper_helpers import normalize
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fixtures"))
 import make_speech  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not make_speech.available(),

@@ -10,7 +10,7 @@ import pytest
 
 from tensorplan.whisper.planned import backend_choice as bc
 
-JFK = Path(__file__).resolve().parents[2] / "samples" / "jfk.wav"
+JFK = Path(__file__).resolve().parents[3] / "samples" / "jfk.wav"
 
 
 @pytest.mark.parametrize(("compute_type", "seconds", "want"), [
