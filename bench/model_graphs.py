@@ -2,7 +2,7 @@
 
 Each builder returns a `Graph` built only with `tensorplan.ops`. Weights are PARAM leafs,
 and they are also placed in a fake external buffer (`ExternalBuffer`, no bytes behind it),
-so that either definition of "external" (allocator contract 2) keeps them out of the plan.
+so that either definition of "external" (docs/allocator.md rule 2) keeps them out of the plan.
 State that outlives a graph (Whisper's KV caches) is external too and is read through
 `ops.ref`. The model input is flagged INPUT and the final result OUTPUT.
 

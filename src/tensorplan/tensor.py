@@ -164,9 +164,6 @@ class Tensor:
             raise ValueError(f"tensor {name} [{offset}, {end}) fits no {buffer.size} B buffer")
         self.buffer, self.offset, self.placed_by = buffer, offset, by
 
-    def unplace(self) -> None:
-        self.buffer, self.offset, self.placed_by = None, 0, None
-
     def __repr__(self) -> str:
         op = self.op.name if self.op else "leaf"
         view = f" view_of={self.view_src.name or '?'}+{self.view_offset}" if self.view_src else ""

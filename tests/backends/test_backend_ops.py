@@ -20,7 +20,7 @@ def test_op(backend: Backend, case: Case) -> None:
 
 @pytest.mark.parametrize(("case", "src"), INPLACE, ids=[f"{c.id}-over-in{i}" for c, i in INPLACE])
 def test_op_in_place(backend: Backend, case: Case, src: int) -> None:
-    """dst is src: the node is placed over its source's exact bytes (contract 5)."""
+    """dst is src: the node is placed over its source's exact bytes (docs/allocator.md rule 5)."""
     got, want = run_case(backend, case, inplace=src)
     assert_close(got, want, case.tol)
 

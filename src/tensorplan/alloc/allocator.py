@@ -1,4 +1,4 @@
-"""GraphAllocator: plans a graph, owns the buffers, binds tensors (DESIGN contract 8).
+"""GraphAllocator: plans a graph, owns the buffers, binds tensors (docs/allocator.md rule 8).
 
     >>> from tensorplan import ops
     >>> from tensorplan.alloc import GraphAllocator

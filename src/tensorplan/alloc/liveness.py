@@ -3,7 +3,7 @@
 Time: step 0 is graph start, node i runs at step i + 1, and the last step n = len(nodes)
 doubles as "end of graph". Intervals are inclusive: a tensor is live from the step that
 produces it (0 for leafs and INPUT tensors) to the last step that reads it or any view of
-it (DESIGN contract 1, 4, 6). Nothing past the end is read, so a tensor pinned to step n
+it (docs/allocator.md rules 1, 4, 6). Nothing past the end is read, so a tensor pinned to step n
 is intact after the graph ran: OUTPUT tensors, roots of OUTPUT views, and tensors nobody
 in the graph reads (a graph's results, ggml's rule for the last node).
 
@@ -47,7 +47,7 @@ def op_allows_inplace(op: Op) -> bool:
 
 def owns(t: Tensor, owner: object | None) -> bool:
     """May a planner acting for `owner` place root t? Not weights, not tensors someone
-    else placed (contract 2); its own earlier placements are planned again."""
+    else placed (docs/allocator.md rule 2); its own earlier placements are planned again."""
     if t.flags.real & PARAM:
         return False
     return t.buffer is None or (owner is not None and t.placed_by is owner)
@@ -155,7 +155,7 @@ class _Analysis:
     def scan(self, specs: Sequence[BufferSpec]) -> None:
         """The pass over tensors, in step order. A root's layout number is equal to
         another's exactly when both have the same buffer id, dtype, shape and strides
-        (contract 5's test, without touching the tensors again). owns() is inlined."""
+        (docs/allocator.md rule 5's test, without touching the tensors again). owns() is inlined."""
         tensors, pos, step, owner = self.tensors, self.pos, self.step, self.owner
         n = len(tensors)
         explain, refusals = self.explain, self.refusals

@@ -73,7 +73,7 @@ class Plan:
     specs: tuple[BufferSpec, ...]
     placements: Mapping[Tensor, Placement]  # planned tensors only; read-only mapping
     chunk_sizes: tuple[tuple[int, ...], ...]  # [buffer id][chunk] -> bytes
-    lower_bound: tuple[int, ...]  # per buffer id (DESIGN contract 10)
+    lower_bound: tuple[int, ...]  # per buffer id (docs/allocator.md rule 10)
     inplace: Mapping[Tensor, Tensor]  # node -> the parent whose bytes it took
     owner: object | None = None  # the allocator whose own placements count as planned
 

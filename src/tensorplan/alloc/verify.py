@@ -1,4 +1,4 @@
-"""An independent checker for plans, and the lower bound (DESIGN contract 10).
+"""An independent checker for plans, and the lower bound (docs/allocator.md rule 10).
 
 It imports nothing from the planners: it re-derives which tensors need memory, their live
 intervals and which in-place handoffs are legal from the contract's words, then checks a
@@ -83,7 +83,7 @@ class _Oracle:
         return t.buffer is None or (self.owner is not None and t.placed_by is self.owner)
 
     def handoff_ok(self, parent: Tensor, node: Tensor) -> bool:
-        """May `node` write over `parent`'s bytes (contract 5)?"""
+        """May `node` write over `parent`'s bytes (docs/allocator.md rule 5)?"""
         if node.op is None or not node.op.inplace or node.flags.real & _INPUT:
             return False
         if parent not in self.life or node not in self.life or node.srcs.count(parent) != 1:

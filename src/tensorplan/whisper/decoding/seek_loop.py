@@ -1,4 +1,5 @@
-"""Transcribe long audio: decode 30-second windows one after another (reference §2.7-§2.8).
+"""Transcribe long audio: decode 30-second windows one after another (as openai-whisper's
+transcribe.py does).
 
 `SeekLoop` walks a seek position (in mel frames, 100 per second) through the audio. Each
 step encodes one window, decodes it with temperature fallback, skips it if silent, cuts the

@@ -1,4 +1,4 @@
-"""Word-level timestamps from cross-attention and dynamic time warping (reference §2.9).
+"""Word-level timestamps from cross-attention and dynamic time warping (openai-whisper's timing.py).
 
 The teacher-forced decoder's alignment heads attend from each text token to the audio it
 transcribes; DTW turns those attention maps into a monotone token → time path, and each

@@ -155,7 +155,8 @@ class SuppressTokens(LogitFilter):
 class ApplyTimestampRules(LogitFilter):
     """Timestamps come in increasing pairs around text, the first token is a timestamp no
     later than `max_initial_timestamp_index`, and a timestamp is forced when all timestamps
-    together are more probable than any single text token (reference §2.5)."""
+    together are more probable than any single text token (openai-whisper's decoding.py,
+    ApplyTimestampRules)."""
 
     def __init__(self, tokenizer: Tokenizer, sample_begin: int,
                  max_initial_timestamp_index: int | None):

@@ -48,7 +48,8 @@ class ModelDims:
 
 @dataclass(frozen=True, slots=True)
 class WhisperConfig:
-    """config.json: token-id lists the decoder needs (reference §1.10)."""
+    """config.json: token-id lists the decoder needs (openai-whisper has them in
+    tokenizer.py and decoding.py; CTranslate2 writes them into config.json)."""
 
     alignment_heads: tuple[tuple[int, int], ...]  # (decoder layer, cross-attention head)
     lang_ids: tuple[int, ...]  # language token ids; wrong (off by one) in .en models
@@ -182,7 +183,8 @@ def _index(i: int, n: int) -> int:
 
 
 def _split(fused: Linear, parts: int) -> list[Linear]:
-    """Split a fused projection by output rows (reference §1.8); slices stay views."""
+    """Split a fused projection by output rows (openai-whisper's model.py keeps query,
+    key and value apart); slices stay views."""
     d = fused.weight.shape[0] // parts
     return [
         Linear(

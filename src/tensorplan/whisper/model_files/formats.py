@@ -325,11 +325,6 @@ def source_file(name_or_path: str | os.PathLike[str]) -> Path:
     return Path(name_or_path).expanduser()
 
 
-def load_weights(name_or_path: str | os.PathLike[str] = DEFAULT_MODEL) -> WhisperWeights:
-    """The weights alone (a .pt or ggml file still needs its tokenizer for the config)."""
-    return load_model_files(name_or_path)[0]
-
-
 def tokenizer_for(dims: ModelDims, path: Path) -> Tokenizer:
     """The tokenizer for a .pt or ggml file (see the module docstring for the order)."""
     if (path.parent / "tokenizer.json").is_file():

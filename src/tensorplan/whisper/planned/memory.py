@@ -266,7 +266,8 @@ def _weights(pipe: Pipeline) -> list[Tensor]:
 
 
 # ---- whisper.cpp ----------------------------------------------------------------------------
-META_HEAD = 1_589_936  # bytes of graph metadata whisper.cpp adds to each compute line (§8.4)
+# bytes of graph metadata whisper.cpp adds to each compute line (ggml's graph overhead)
+META_HEAD = 1_589_936
 MEASURED_TINY_EN = (  # whisper.cpp 1.8.5, tiny.en, CPU, as printed (MB)
     ("kv self", 3.15), ("kv cross", 9.44), ("kv pad", 2.36), ("compute conv", 13.21),
     ("compute encode", 17.72), ("compute cross", 3.89), ("compute decode", 95.91),
