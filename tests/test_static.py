@@ -35,6 +35,7 @@ ALLOWED = {
 }
 # the modules of tensorplan.whisper that are its public API, all the server may import
 WHISPER_PUBLIC = {"tensorplan.whisper", "tensorplan.whisper.api", "tensorplan.whisper.options",
+                  "tensorplan.whisper.flags",
                   "tensorplan.whisper.writers", "tensorplan.whisper.result"}
 
 # Whisper reaches buffers and kernels only through the backend protocol (backends/base.py)
@@ -51,7 +52,7 @@ WHISPER_WINGS = {
     "planned": {"model_files", "audio"},  # the backend choice reads a file's length
     "decoding": {"planned", "audio", "model_files"},
 }
-WHISPER_LEAVES = {"options", "tokenizer", "result", "limits"}  # on top, importing no wing
+WHISPER_LEAVES = {"options", "flags", "tokenizer", "result", "limits"}  # on top, importing no wing
 AUDIO_CONSTANTS = "tensorplan.whisper.audio.constants"
 # the layers below whisper that each wing may import (planned: the whole runtime)
 WING_RUNTIME = {

@@ -28,9 +28,10 @@ from tensorplan.errors import UserError
 from tensorplan.whisper.audio.constants import SAMPLE_RATE
 from tensorplan.whisper.audio.decode import load_audio
 from tensorplan.whisper.audio.mel import log_mel_spectrogram
+from tensorplan.whisper.flags import from_args
 from tensorplan.whisper.model_files.ct2_file import WHISPER_SPEC, read_model_bin
 from tensorplan.whisper.model_files.ct2_weights import ModelDims, WhisperWeights, read_config
-from tensorplan.whisper.options import TranscribeOptions, from_args
+from tensorplan.whisper.options import TranscribeOptions
 from tensorplan.whisper.tokenizer import load_tokenizer
 
 _WORK = Path(tempfile.mkdtemp(prefix="tensorplan-fuzz-"))

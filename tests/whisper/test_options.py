@@ -8,14 +8,12 @@ import dataclasses
 import pytest
 
 from tensorplan.errors import UserError
+from tensorplan.whisper.flags import add_arguments, from_args, to_argv
 from tensorplan.whisper.options import (
     DecodingOptions,
     SearchOptions,
     TranscribeOptions,
-    add_arguments,
     clip_spans,
-    from_args,
-    to_argv,
 )
 
 

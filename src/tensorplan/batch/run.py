@@ -34,7 +34,8 @@ from tensorplan.batch.jobs import (
 from tensorplan.batch.manifest import Manifest, locked, sha256_file
 from tensorplan.errors import UserError
 from tensorplan.files import quote
-from tensorplan.whisper.options import TranscribeOptions, to_argv
+from tensorplan.whisper.flags import to_argv
+from tensorplan.whisper.options import TranscribeOptions
 from tensorplan.whisper.writers import SubtitleOptions, write_outputs
 
 SAVE_INTERVAL = 1.0  # seconds: the manifest is rewritten at most this often while files finish

@@ -18,7 +18,8 @@ DEFAULT_PORT = 8000
 
 
 def register(sub: Any) -> None:
-    from tensorplan.whisper.options import TranscribeOptions, add_arguments
+    from tensorplan.whisper.flags import add_arguments
+    from tensorplan.whisper.options import TranscribeOptions
     from tensorplan.whisper.planned.load_options import add_model_arguments
 
     p = sub.add_parser(
@@ -56,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
     from tensorplan.serve.server import serve
     from tensorplan.serve.threads import default_sessions, per_session
     from tensorplan.whisper.api import load
-    from tensorplan.whisper.options import TranscribeOptions, from_args
+    from tensorplan.whisper.flags import from_args
+    from tensorplan.whisper.options import TranscribeOptions
     from tensorplan.whisper.planned.load_options import model_options_from_args
 
     sessions = default_sessions(cores()) if args.sessions is None else args.sessions

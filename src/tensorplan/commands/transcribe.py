@@ -11,18 +11,25 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tensorplan.errors import UserError, one_line
 
+if TYPE_CHECKING:  # imported where used, at run time: `tensorplan --help` stays fast
+    from tensorplan.whisper.options import TranscribeOptions
+    from tensorplan.whisper.planned.load_options import ModelOptions
+    from tensorplan.whisper.result import Segment
+    from tensorplan.whisper.writers import SubtitleOptions
 
-def register(sub: Any) -> None:
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """The flags in the order `--help` lists them: everyday ones first, planner internals
     last. Each group is one `add_argument_group` call below; reorder groups here."""
     from tensorplan.commands import openai_flags
-    from tensorplan.whisper.options import TranscribeOptions, add_arguments
+    from tensorplan.whisper.flags import add_arguments
+    from tensorplan.whisper.options import TranscribeOptions
     from tensorplan.whisper.planned.load_options import add_model_arguments
 
     p = sub.add_parser(
@@ -77,7 +84,7 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-def _add_subtitle_arguments(group: Any) -> None:
+def _add_subtitle_arguments(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--highlight-words", action=argparse.BooleanOptionalAction,
                        default=False, help="underline each word while it is spoken")
     group.add_argument("--max-line-width", type=_positive_int, default=None, metavar="N",
@@ -88,7 +95,7 @@ def _add_subtitle_arguments(group: Any) -> None:
                        help="the most words in a subtitle (no effect with --max-line-width)")
 
 
-def subtitle_options(args: argparse.Namespace) -> Any:
+def subtitle_options(args: argparse.Namespace) -> SubtitleOptions:
     """The writers' SubtitleOptions, checked as openai-whisper's CLI checks them: an error
     without --word-timestamps, a warning for a flag that has no effect."""
     from tensorplan.whisper.writers import SubtitleOptions
@@ -108,7 +115,7 @@ def subtitle_options(args: argparse.Namespace) -> Any:
     return SubtitleOptions(**values)
 
 
-def _add_batch_arguments(group: Any) -> None:
+def _add_batch_arguments(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         "--workers",
         "-j",
@@ -148,7 +155,8 @@ def _positive_int(text: str) -> int:
 def run(args: argparse.Namespace) -> int:
     from tensorplan.commands import openai_flags
     from tensorplan.whisper.api import load
-    from tensorplan.whisper.options import TranscribeOptions, from_args
+    from tensorplan.whisper.flags import from_args
+    from tensorplan.whisper.options import TranscribeOptions
     from tensorplan.whisper.writers import (
         check_outputs,
         ensure_output_dir,
@@ -192,7 +200,8 @@ def run(args: argparse.Namespace) -> int:
     return 2 if failed else 0
 
 
-def _audio_seconds(paths: list[Path], opts: Any, clips: Sequence[float]) -> float | None:
+def _audio_seconds(paths: list[Path], opts: ModelOptions,
+                   clips: Sequence[float]) -> float | None:
     """What will be transcribed of the files (their duration, cut to the clips), for
     backend auto to weigh PyTorch's start-up against; probed only where it decides
     something (auto, float32 weights, torch installed)."""
@@ -213,7 +222,8 @@ def _is_batch(args: argparse.Namespace) -> bool:
     )
 
 
-def run_batch_command(args: argparse.Namespace, options: Any, subtitles: Any = None) -> int:
+def run_batch_command(args: argparse.Namespace, options: TranscribeOptions,
+                      subtitles: SubtitleOptions | None = None) -> int:
     """Batch mode: every input to --output-dir through a pool; 2 if any file failed."""
     from tensorplan import batch
     from tensorplan.whisper.writers import parse_formats
@@ -255,10 +265,10 @@ def run_batch_command(args: argparse.Namespace, options: Any, subtitles: Any = N
     return report.exit_code
 
 
-def _printer(verbose: bool) -> Any:
+def _printer(verbose: bool) -> Callable[[Segment], None]:
     from tensorplan.whisper.writers import format_timestamp
 
-    def on_segment(seg: Any) -> None:
+    def on_segment(seg: Segment) -> None:
         if verbose:
             start, end = format_timestamp(seg.start), format_timestamp(seg.end)
             print(f"[{start} --> {end}] {seg.text}", flush=True)
@@ -266,7 +276,7 @@ def _printer(verbose: bool) -> Any:
     return on_segment
 
 
-def _progress_bar(path: Path) -> Any:
+def _progress_bar(path: Path) -> Callable[[int, int], None] | None:
     """A tqdm bar over audio seconds, only on a terminal."""
     if not sys.stderr.isatty():
         return None
@@ -285,7 +295,7 @@ def _progress_bar(path: Path) -> Any:
     return progress
 
 
-def model_options(args: argparse.Namespace, options: Any) -> Any:
+def model_options(args: argparse.Namespace, options: TranscribeOptions) -> ModelOptions:
     """The ModelOptions of the flags; the KV cache sized for the decoding options unless
     --max-batch says otherwise."""
     from tensorplan.whisper.planned.load_options import model_options_from_args
@@ -294,7 +304,7 @@ def model_options(args: argparse.Namespace, options: Any) -> Any:
     return opts if opts.max_batch is not None else opts.replace(max_batch=max_batch(options))
 
 
-def max_batch(options: Any) -> int:
+def max_batch(options: TranscribeOptions) -> int:
     """Sequences decoded together: the beams at temperature 0, the best-of samples above;
     it sizes the KV cache, so a greedy run without fallback keeps one sequence's worth."""
     temps = options.temperature

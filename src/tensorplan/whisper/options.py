@@ -1,7 +1,7 @@
 """Options for decoding one 30-second window and for transcribing long audio.
 
 The frozen dataclasses below are the one source of truth: each field's default, type and
-help text generate the CLI flags (`add_arguments`), which read back with `from_args`.
+help text generate the CLI flags (flags.py: `add_arguments`), which read back with `from_args`.
 Flags are kebab-case versions of openai-whisper's names (`--beam-size`, `--no-speech-threshold`).
 
 Defaults, chosen deliberately (docs/decoding.md):
@@ -19,19 +19,16 @@ Defaults, chosen deliberately (docs/decoding.md):
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
-import types
-import typing
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar, Union
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
-from tensorplan.errors import UserError
 from tensorplan.whisper.audio.constants import CHUNK_LENGTH
+from tensorplan.whisper.flags import option
 from tensorplan.whisper.limits import (
     MAX_PATIENCE,
     MAX_SEED,
@@ -47,41 +44,35 @@ APPEND_PUNCTUATIONS = "\"'.。,，!！?？:：”)]}、"
 MAX_SAMPLE_LEN = 1 << 16  # a sanity bound: decoding stops at the model's context (448) anyway
 
 
-def _opt(default: Any, help: str, **cli: Any) -> Any:
-    """A dataclass field with its CLI help text (and optional extra keys, such as the
-    `group` of its flag: "everyday" for those `transcribe --help` lists first)."""
-    return field(default=default, metadata={"help": help, **cli})
-
-
 @dataclass(frozen=True, slots=True)
 class SearchOptions:
     """Fields shared by DecodingOptions and TranscribeOptions."""
 
     # task
-    task: Task = _opt("transcribe", "transcribe speech, or translate it to English",
+    task: Task = option("transcribe", "transcribe speech, or translate it to English",
                       group="everyday")
-    language: str | None = _opt(None, "language code such as 'en'; None detects it",
+    language: str | None = option(None, "language code such as 'en'; None detects it",
                                 group="everyday")
     # search
-    sample_len: int | None = _opt(None, "most tokens to sample per window (None: n_text_ctx/2)")
-    best_of: int | None = _opt(5, "number of candidates when sampling at temperature > 0")
-    beam_size: int | None = _opt(5, "beams at temperature 0; None decodes greedily",
+    sample_len: int | None = option(None, "most tokens to sample per window (None: n_text_ctx/2)")
+    best_of: int | None = option(5, "number of candidates when sampling at temperature > 0")
+    beam_size: int | None = option(5, "beams at temperature 0; None decodes greedily",
                                  group="everyday")
-    patience: float | None = _opt(None, "beam search patience factor (None: 1.0)")
-    length_penalty: float | None = _opt(
+    patience: float | None = option(None, "beam search patience factor (None: 1.0)")
+    length_penalty: float | None = option(
         None, "ranking length penalty alpha in (5+len)/6)^alpha; None divides by the length")
-    seed: int = _opt(0, "seed of the random generator used when sampling at temperature > 0")
+    seed: int = option(0, "seed of the random generator used when sampling at temperature > 0")
     # prompt
-    prefix: str | None = _opt(None, "text that starts the transcript of the (first) window")
-    hotwords: str | None = _opt(
+    prefix: str | None = option(None, "text that starts the transcript of the (first) window")
+    hotwords: str | None = option(
         None, "words put before the previous text in the prompt; ignored with a prefix")
     # suppression
-    suppress_tokens: tuple[int, ...] = _opt(
+    suppress_tokens: tuple[int, ...] = option(
         (-1,), "comma-separated token ids to suppress; -1 means the non-speech symbols")
-    suppress_blank: bool = _opt(True, "forbid a blank or end of text as the first token")
+    suppress_blank: bool = option(True, "forbid a blank or end of text as the first token")
     # timestamps
-    without_timestamps: bool = _opt(False, "sample text tokens only, no timestamp tokens")
-    max_initial_timestamp: float | None = _opt(1.0, "latest first timestamp in seconds")
+    without_timestamps: bool = option(False, "sample text tokens only, no timestamp tokens")
+    max_initial_timestamp: float | None = option(1.0, "latest first timestamp in seconds")
 
     def __post_init__(self) -> None:
         # Every number is checked here, once, so the CLI, the API and batch workers refuse
@@ -154,8 +145,8 @@ def _short(value: Any, limit: int = 40) -> str:
 class DecodingOptions(SearchOptions):
     """How to decode one 30-second window (`decoding.decode`)."""
 
-    temperature: float = _opt(0.0, "sampling temperature; 0 is greedy or beam search")
-    prompt: str | tuple[int, ...] | None = _opt(
+    temperature: float = option(0.0, "sampling temperature; 0 is greedy or beam search")
+    prompt: str | tuple[int, ...] | None = option(
         None, "previous text (or its tokens) that conditions the decoder")
 
     def __post_init__(self) -> None:
@@ -171,45 +162,45 @@ class TranscribeOptions(SearchOptions):
     """How to transcribe long audio window by window (`transcribe.transcribe`)."""
 
     # temperature fallback
-    temperature: tuple[float, ...] = _opt(
+    temperature: tuple[float, ...] = option(
         (0.0, 0.2, 0.4, 0.6, 0.8, 1.0), "comma-separated temperatures tried in turn",
         group="everyday")
-    compression_ratio_threshold: float | None = _opt(
+    compression_ratio_threshold: float | None = option(
         2.4, "retry at a higher temperature when the gzip compression ratio is above this")
-    logprob_threshold: float | None = _opt(
+    logprob_threshold: float | None = option(
         -1.0, "retry at a higher temperature when the average log probability is below this")
-    no_speech_threshold: float | None = _opt(
+    no_speech_threshold: float | None = option(
         0.6, "a window is silent when the no-speech probability is above this and the "
              "average log probability is below --logprob-threshold")
     # prompting across windows
-    condition_on_previous_text: bool = _opt(
+    condition_on_previous_text: bool = option(
         True, "prompt each window with the text of the previous ones")
-    prompt_reset_on_temperature: float = _opt(
+    prompt_reset_on_temperature: float = option(
         0.5, "stop conditioning on previous text after a window decoded above this temperature")
-    initial_prompt: str | None = _opt(None, "text that prompts the first window",
+    initial_prompt: str | None = option(None, "text that prompts the first window",
                                       group="everyday")
-    carry_initial_prompt: bool = _opt(
+    carry_initial_prompt: bool = option(
         False, "put --initial-prompt before the prompt of every window")
-    clip_timestamps: tuple[float, ...] = _opt(
+    clip_timestamps: tuple[float, ...] = option(
         (), "comma-separated start,end,start,end,... seconds to transcribe; empty: all")
     # word timestamps
-    word_timestamps: bool = _opt(False, "align each word with the audio", group="everyday")
-    prepend_punctuations: str = _opt(
+    word_timestamps: bool = option(False, "align each word with the audio", group="everyday")
+    prepend_punctuations: str = option(
         PREPEND_PUNCTUATIONS, "with word timestamps: merge these symbols into the next word")
-    append_punctuations: str = _opt(
+    append_punctuations: str = option(
         APPEND_PUNCTUATIONS, "with word timestamps: merge these symbols into the previous word")
-    hallucination_silence_threshold: float | None = _opt(
+    hallucination_silence_threshold: float | None = option(
         None, "with word timestamps: skip silences longer than this many seconds around a "
               "possible hallucination")
     # input
-    audio_stream: int | None = _opt(
+    audio_stream: int | None = option(
         None, "which audio stream of a file to read, from 0 (default: ffmpeg's choice)")
     # voice activity detection (whisper/audio/vad.py)
-    vad_filter: bool = _opt(
+    vad_filter: bool = option(
         False, "transcribe only the speech Silero VAD finds (needs onnxruntime and silero-vad)")
 
     # batched transcription (whisper/decoding/batched.py)
-    batch_size: int | None = _opt(
+    batch_size: int | None = option(
         None, "cut the audio at pauses into chunks of at most 30 s and decode this many "
               "together, each without the previous text (faster-whisper's batched pipeline); "
               "None: one window after another")
@@ -278,131 +269,3 @@ def check_clips(clips: Any) -> None:
         else:  # a start at or after the previous end
             check(clips[i] >= clips[i - 1], f"clip_timestamps: span {i // 2 + 1} starts at "
                   f"{clips[i]} s, before the previous span ends ({clips[i - 1]} s)")
-
-
-# ---------------------------------------------------------------------------------------------
-# CLI flags generated from the fields
-
-OptionsT = TypeVar("OptionsT")
-
-
-def flag_name(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
-                  cls: type[Any], exclude: Sequence[str] = (),
-                  group: str | None = None, only: Sequence[str] | None = None) -> None:
-    """Add one flag per field of `cls` (a dataclass) to `parser`; with `group`, only the
-    fields whose metadata names that group ("decoding" when it names none); with `only`,
-    only the fields named.
-
-    bool fields become `--x/--no-x`; `X | None` fields also accept "none"; tuples read a
-    comma-separated list; Literal fields get choices. The parsed value lands in
-    `args.<field name>` and defaults to the field's default.
-    """
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        if f.name in exclude or group not in (None, f.metadata.get("group", "decoding")):
-            continue
-        if only is not None and f.name not in only:
-            continue
-        shown = _format(f.default).replace("%", "%%") or '""'
-        kwargs: dict[str, Any] = {"dest": f.name, "default": f.default,
-                                  "help": f"{f.metadata['help']} (default: {shown})"}
-        kind, optional = _strip_none(hints[f.name])
-        if kind is bool:
-            kwargs["action"] = argparse.BooleanOptionalAction
-        else:
-            parse, choices = _parser_for(kind)
-            kwargs["type"] = _or_none(parse) if optional else parse
-            kwargs["metavar"] = _metavar(kind, choices)
-            if choices:
-                kwargs["choices"] = list(choices) + ([None] if optional else [])
-        parser.add_argument(flag_name(f.name), **kwargs)
-
-
-def from_args(cls: type[OptionsT], args: argparse.Namespace) -> OptionsT:
-    """Build `cls` from parsed flags; fields without a flag keep their default.
-    Inconsistent flags raise UserError."""
-    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
-    values = {name: getattr(args, name) for name in names if hasattr(args, name)}
-    try:
-        return cls(**values)
-    except ValueError as e:  # messages open with the field's name: say the flag instead
-        first, _, rest = str(e).partition(" ")
-        field_name = first.rstrip(":")
-        if field_name in names:
-            first = flag_name(field_name) + first[len(field_name):]
-        raise UserError(f"{first} {rest}") from None
-
-
-def to_argv(options: Any) -> list[str]:
-    """The flags that parse back to `options` (those that differ from the defaults)."""
-    argv: list[str] = []
-    for f in dataclasses.fields(options):
-        value = getattr(options, f.name)
-        if value == f.default:
-            continue
-        if isinstance(value, bool):
-            argv.append(flag_name(f.name) if value else "--no-" + flag_name(f.name)[2:])
-        else:
-            argv.append(f"{flag_name(f.name)}={_format(value)}")
-    return argv
-
-
-def _format(value: Any) -> str:
-    """A value as its flag would spell it."""
-    if isinstance(value, tuple):
-        return ",".join(map(str, value))
-    return "none" if value is None else str(value)
-
-
-def _strip_none(kind: Any) -> tuple[Any, bool]:
-    """(the type without None, whether None was allowed)."""
-    if typing.get_origin(kind) in (Union, types.UnionType):
-        args = [a for a in typing.get_args(kind) if a is not type(None)]
-        stripped = args[0] if len(args) == 1 else Union[tuple(args)]  # noqa: UP007
-        return stripped, len(args) < len(typing.get_args(kind))
-    return kind, False
-
-
-def _parser_for(kind: Any) -> tuple[Callable[[str], Any], tuple[Any, ...]]:
-    """(a function parsing one flag value, the allowed choices or ())."""
-    origin = typing.get_origin(kind)
-    if origin is Literal:
-        choices = typing.get_args(kind)
-        return type(choices[0]), choices
-    if origin is tuple:
-        return _comma_list(typing.get_args(kind)[0]), ()
-    if origin in (Union, types.UnionType):
-        if str in typing.get_args(kind):  # e.g. a prompt given as text or as token ids
-            return str, ()
-        raise TypeError(f"no CLI parser for {kind}")
-    if kind in (int, float, str):
-        return typing.cast(Callable[[str], Any], kind), ()
-    raise TypeError(f"no CLI parser for {kind}")
-
-
-def _comma_list(item: Callable[[str], Any]) -> Callable[[str], tuple[Any, ...]]:
-    def parse(text: str) -> tuple[Any, ...]:
-        return tuple(item(part) for part in text.split(",") if part.strip())
-
-    parse.__name__ = f"comma-separated {getattr(item, '__name__', 'value')} list"
-    return parse
-
-
-def _or_none(parse: Callable[[str], Any]) -> Callable[[str], Any]:
-    def parse_or_none(text: str) -> Any:
-        return None if text.lower() == "none" else parse(text)
-
-    parse_or_none.__name__ = getattr(parse, "__name__", "value")
-    return parse_or_none
-
-
-def _metavar(kind: Any, choices: tuple[Any, ...]) -> str | None:
-    if choices:
-        return "{" + ",".join(map(str, choices)) + "}"
-    if typing.get_origin(kind) is tuple:
-        return "X,Y,..."
-    return None

@@ -35,7 +35,8 @@ from tensorplan.whisper.audio.vad import (
     collect_chunks,
     get_speech_timestamps,
 )
-from tensorplan.whisper.options import TranscribeOptions, add_arguments, from_args
+from tensorplan.whisper.flags import add_arguments, from_args
+from tensorplan.whisper.options import TranscribeOptions
 from tensorplan.whisper.result import Segment, TranscriptionResult, Word
 
 SR = vad.SAMPLE_RATE

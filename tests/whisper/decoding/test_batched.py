@@ -14,7 +14,8 @@ import pytest
 from tensorplan.errors import UserError
 from tensorplan.whisper.audio.chunks import MAX_CHUNK_SECONDS, AudioChunk, cut, energy_spans
 from tensorplan.whisper.audio.constants import SAMPLE_RATE
-from tensorplan.whisper.options import TranscribeOptions, add_arguments, from_args
+from tensorplan.whisper.flags import add_arguments, from_args
+from tensorplan.whisper.options import TranscribeOptions
 
 BENCH = Path(__file__).resolve().parents[3] / "bench"
 JFK_CLIPS = (0.0, 4.0, 4.0, 8.3, 8.3, 11.0)  # three chunks of jfk.wav, cut at pauses
