@@ -23,7 +23,7 @@ jfk.wav: ~3.6 s passive, 11-19 s spinning, at load 8 on 2 cores); set it yoursel
                           [--model base] [--beams 1]
     python bench/peers.py --smoke      # tensorplan only, jfk.wav once (CI)
 
-Run it with an interpreter that has the peers (see README "Performance").
+Run it with an interpreter that has the peers (see docs/performance.md, "Against the peers").
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ Implementations:
   tensorplan-cli  the real CLI, exit time only (no wrapper);
   notorch         tensorplan with torch hidden (sys.modules["torch"] = None): a machine
                   without PyTorch installed;
+  api             the Python API: `load_model("tiny.en")` (backend auto: torch where it
+                  is installed) and `model.transcribe(jfk.wav)`, the text written;
   faster-whisper  load WhisperModel(ct2 dir, device="cpu", compute_type="default"),
                   transcribe, write txt; needs --fw-python (an interpreter with it);
   before, before notorch  the same from an older src tree (--before), to compare.
@@ -27,13 +29,15 @@ order rotating) so all share the machine's noise; cells are medians of --repeats
 are tensorplan / faster-whisper per round, then the median.
 
     python bench/startup.py [--repeats 7] [--fw-python VENV/bin/python] [--before OLD/src]
-    python bench/startup.py --smoke      # tensorplan only, once (CI)
+    python bench/startup.py --smoke      # tensorplan and api, once (CI)
+faster-whisper runs with --fw-python, or with this interpreter where it has faster-whisper.
 """
 
 from __future__ import annotations
 
 import argparse
 import compileall
+import importlib.util
 import json
 import os
 import statistics
@@ -80,6 +84,21 @@ if entry is not None:
 sys.exit(timed_main())
 """
 
+_API = """
+import json, os, sys, time
+marks = {}
+from tensorplan.whisper import load_model
+marks["import"] = time.time()
+model = load_model("tiny.en")
+marks["load"] = time.time()
+def first(segment):
+    marks.setdefault("first", time.time())
+result = model.transcribe(sys.argv[1], on_segment=first)
+open(os.path.join(sys.argv[2], "jfk.txt"), "w").write(result["text"].strip() + "\\n")
+marks["done"] = time.time()
+open(os.environ["BENCH_MARKS"], "w").write(json.dumps(marks))
+"""
+
 _FW = """
 import json, os, sys, time
 marks = {}
@@ -109,6 +128,8 @@ def command(name: str, out: Path, fw_python: str | None,
 
         assert fw_python is not None
         return [fw_python, "-c", _FW, str(resolve_model("tiny.en")), str(JFK), str(out)], env
+    if name == "api":
+        return [sys.executable, "-c", _API, str(JFK), str(out)], env
     args = ["transcribe", str(JFK), "-f", "txt", "-o", str(out)]
     if name == "tensorplan-cli":
         return [sys.executable, "-m", "tensorplan", *args], env
@@ -164,6 +185,11 @@ def report(times: dict[str, list[dict[str, float]]]) -> str:
     rows.append("")
     rows.append("load alone (load - import), median s: "
                 + ", ".join(f"{n} {v:.2f}" for n, v in loads.items()))
+    if fw and "api" in times:
+        per_round = [(a["load"] - a["import"]) / (f["load"] - f["import"])
+                     for a, f in zip(times["api"], fw, strict=True)]
+        rows.append(f"api load / faster-whisper load, median of rounds: "
+                    f"{statistics.median(per_round):.2f}")
     return "\n".join(rows)
 
 
@@ -184,13 +210,15 @@ def main() -> int:
         for tree in (ROOT / "src", args.before):
             if tree is not None and not compileall.compile_dir(tree, quiet=1):
                 print(f"could not byte-compile {tree}", file=sys.stderr)
-    names = ["tensorplan", "notorch", "tensorplan-cli"]
+    if args.fw_python is None and importlib.util.find_spec("faster_whisper") is not None:
+        args.fw_python = sys.executable
+    names = ["tensorplan", "notorch", "tensorplan-cli", "api"]
     if args.before and not args.smoke:
         names += ["before", "before notorch"]
     if args.fw_python and not args.smoke:
         names.append("faster-whisper")
     if args.smoke:
-        names = ["tensorplan"]
+        names = ["tensorplan", "api"]
     repeats = 1 if args.smoke else args.repeats
     times: dict[str, list[dict[str, float]]] = {n: [] for n in names}
     with tempfile.TemporaryDirectory() as tmp:

@@ -122,6 +122,7 @@ def test_serve_uses_only_the_public_whisper_api() -> None:
                     assert name in WHISPER_PUBLIC, f"{f.relative_to(SRC)} imports {name}"
 
 
+@pytest.mark.slow
 def test_mypy_over_the_whole_package() -> None:
     pytest.importorskip("mypy")
     proc = subprocess.run([sys.executable, "-m", "mypy", str(SRC)], capture_output=True,
@@ -129,6 +130,7 @@ def test_mypy_over_the_whole_package() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_mypy_strict_on_planner_and_graph() -> None:
     pytest.importorskip("mypy")
     targets = [

@@ -14,6 +14,7 @@ sys.path.insert(0, str(BENCH))
 import batched  # noqa: E402
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="needs espeak-ng")
 def test_smoke_run_prints_a_table() -> None:
     cells = row_cells(run_bench("batched.py", "--smoke"), "int8")

@@ -9,6 +9,7 @@ from bench_run import run_bench
 pytest.importorskip("torch")
 
 
+@pytest.mark.slow
 def test_gpu_bench_runs_on_the_cpu() -> None:
     stdout = run_bench("gpu.py", "--device", "cpu", "--dims", "tiny", "--repeats", "1",
                        "--tokens", "1", timeout=900)

@@ -166,6 +166,7 @@ def test_trace_generators_partition_the_rectangle(gen: str) -> None:
 # ---- the benchmark itself ---------------------------------------------------------------------
 @pytest.mark.skipif(not all(hasattr(alloc, f) for f in ("plan_graph", "lower_bound", "pack")),
                     reason="the allocator is not built yet")
+@pytest.mark.slow
 def test_quick_benchmark_runs(capsys: pytest.CaptureFixture[str]) -> None:
     assert pm.main(["--quick"]) == 0
     out = capsys.readouterr().out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 import numpy as np
+import pytest
 from bench_run import BENCH, row_cells, run_bench
 
 sys.path.insert(0, str(BENCH))
@@ -12,6 +13,7 @@ sys.path.insert(0, str(BENCH))
 import peers  # noqa: E402
 
 
+@pytest.mark.slow
 def test_smoke_run_prints_a_table_and_the_golden_text() -> None:
     cells = row_cells(run_bench("peers.py", "--smoke"), "tensorplan")
     assert cells[1] == "1" and float(cells[2]) > 0 and float(cells[3]) > 0, cells

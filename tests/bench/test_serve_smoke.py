@@ -10,6 +10,7 @@ from bench_run import run_bench
 
 @pytest.mark.skipif(importlib.util.find_spec("uvicorn") is None,
                     reason="tensorplan[serve] not installed")
+@pytest.mark.slow
 def test_quick_run_reports_each_level() -> None:
     stdout = run_bench("serve.py", "--quick")
     rows = [line for line in stdout.splitlines() if line.startswith("| int8 ")]

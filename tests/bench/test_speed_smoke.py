@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from bench_run import run_bench
 
 
+@pytest.mark.slow
 def test_smoke_run_reports_every_backend_and_no_per_token_plans_or_views() -> None:
     stdout = run_bench("speed.py", "--smoke", timeout=900)
     rows = [line for line in stdout.splitlines() if line.startswith(("| numpy ", "| torch "))]

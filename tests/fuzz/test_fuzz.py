@@ -33,6 +33,7 @@ def test_corpus_is_small_and_replays(name: str) -> None:
     assert any(accepted), f"no {name} seed is valid input: the fuzzer starts nowhere"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(harnesses.HARNESSES))
 def test_short_fuzz(name: str, tmp_path: Path) -> None:
     if importlib.util.find_spec("atheris") is None:

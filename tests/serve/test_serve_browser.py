@@ -43,6 +43,7 @@ def browser() -> Any:
     driver.quit()
 
 
+@pytest.mark.slow
 def test_upload_and_watch_the_transcript(browser: Any, server: ServerProcess,
                                          reference: Any) -> None:
     from selenium.webdriver.common.by import By
@@ -70,6 +71,7 @@ def test_upload_and_watch_the_transcript(browser: Any, server: ServerProcess,
     browser.save_screenshot(str(SCREENSHOT))
 
 
+@pytest.mark.slow
 def test_a_wrong_key_shows_the_error(browser: Any, server: ServerProcess) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from serve_helpers import JFK, KEY, ServerProcess, wait_idle
 
 URL = "/v1/audio/transcriptions"
@@ -36,6 +37,7 @@ def _request(server: ServerProcess, fmt: str) -> str:
     return str(r.json()["text"])
 
 
+@pytest.mark.slow
 def test_sixteen_concurrent_clients(server: ServerProcess, reference: Any) -> None:
     want = reference().text.strip()
     with ThreadPoolExecutor(2) as warm:  # every session once, so the baseline has its threads

@@ -42,8 +42,9 @@ def make_backend(name: str = "auto", device: str = "cpu") -> Backend:
                          f"{device}")
     if name == "numpy" or (name == "auto" and not torch_available()):
         if device != "cpu":
-            raise ImportError(f"{device} needs a CUDA build of PyTorch (see PyTorch's "
-                              "install page for your CUDA version)")
+            # the same "--device NAME:" start as torch_device's own refusal
+            raise ImportError(f"--device {device}: CUDA needs a CUDA build of PyTorch (see "
+                              "PyTorch's install page for your CUDA version)")
         return NumpyBackend()
     if name == "device" or device != "cpu":
         if not torch_available():

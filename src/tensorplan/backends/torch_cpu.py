@@ -18,18 +18,38 @@ from typing import Any
 
 import numpy as np
 
+from tensorplan import backends
 from tensorplan.backends import TORCH_INSTALL
 from tensorplan.backends import threads as pools
 from tensorplan.backends.numpy_cpu import Bindings, NumpyBackend, NumpyBufferType, NumpyProgram
 from tensorplan.graph import Graph
 from tensorplan.tensor import Tensor
 
-try:
-    import torch
+# PyTorch and its kernels, imported by load_torch() when the first program is made, not
+# when the backend is: `import torch` costs ~1.2 s and 240 MB, and load_model builds and
+# plans every graph (numpy's work) before anything runs.
+torch: Any = None
+TORCH_KERNELS: dict[str, Any] = {}
+ANY_DTYPE: frozenset[str] = frozenset()
+pack_int8: Any = None
+_importing = threading.Lock()
 
-    from tensorplan.backends.torch_kernels import ANY_DTYPE, TORCH_KERNELS, pack_int8
-except ImportError:  # pragma: no cover - exercised where torch is absent
-    torch = None  # type: ignore[assignment]
+
+def load_torch() -> Any:
+    """PyTorch, imported once (with this backend's kernels; its thread pool sized as ours:
+    threads.configure ran before torch was imported, so it could not size it then)."""
+    global torch, TORCH_KERNELS, ANY_DTYPE, pack_int8
+    with _importing:
+        if torch is None:
+            import torch as module
+
+            from tensorplan.backends import torch_kernels
+
+            TORCH_KERNELS, ANY_DTYPE = torch_kernels.TORCH_KERNELS, torch_kernels.ANY_DTYPE
+            pack_int8 = torch_kernels.pack_int8
+            module.set_num_threads(pools.count())
+            torch = module
+    return torch
 
 
 def _as_torch(arr: np.ndarray) -> Any:
@@ -118,12 +138,9 @@ class TorchBackend(NumpyBackend):
     def __init__(
         self, buffer_type: NumpyBufferType | None = None, min_matmul_rows: int = MIN_MATMUL_ROWS
     ) -> None:
-        if torch is None:
+        if torch is None and not backends.torch_available():  # looked up there: tests patch it
             raise ImportError(f"the torch backend needs PyTorch's CPU build: {TORCH_INSTALL}")
         super().__init__(buffer_type)
-        # the pool's size for any torch code outside our kernels (which set it per node):
-        # threads.configure ran before torch was imported, so it could not set it then
-        torch.set_num_threads(pools.count())
         self.min_matmul_rows = min_matmul_rows
         # FBGEMM-packed int8 weights, shared by every graph: id(weight tensor) -> (the
         # tensor, kept so its id is not reused, and its packed form)
@@ -131,6 +148,7 @@ class TorchBackend(NumpyBackend):
         self._packing = threading.Lock()  # executors on several threads share the cache
 
     def program(self, graph: Graph, bindings: Bindings | None = None) -> NumpyProgram:
+        load_torch()  # the first program pays the import: the work now needs its kernels
         return TorchProgram(graph, self, bindings)
 
     def packed(self, weight: Tensor, q: np.ndarray, scale: np.ndarray) -> Any:

@@ -264,7 +264,7 @@ class DeviceExecutor:
 
     def get(self, t: Tensor) -> np.ndarray:
         v = self.view(t).to("cpu", TORCH_DTYPES[t.dtype.name], copy=True)
-        return v.numpy()
+        return np.asarray(v.numpy())  # typed as an ndarray also where PyTorch is absent (Any)
 
     def copy_slots(self, t: Tensor, n_slots: int, sources: Sequence[int], n_rows: int,
                    targets: Sequence[int] | None = None) -> None:

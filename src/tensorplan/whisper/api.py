@@ -1,4 +1,4 @@
-"""The Python API: `load_model(name, **options)`, `Whisper.transcribe(audio, ...)`, sessions.
+"""The Python API: `load_model(name, compute_type=...)`, `Whisper.transcribe(audio, ...)`, sessions.
 
 A `Whisper` is one loaded model, immutable and safe to share across threads. Each
 transcription runs in a `Session`: the stream's own planned arena, KV caches and decoding
@@ -20,6 +20,7 @@ import numpy as np
 
 from tensorplan.backends import make_backend
 from tensorplan.errors import ModelError, UserError
+from tensorplan.whisper import openai_args
 from tensorplan.whisper.audio.vad import SpeechOnly, VadOptions
 from tensorplan.whisper.decoding.seek_loop import ProgressCallback, SegmentCallback, transcribe
 from tensorplan.whisper.decoding.timing import WordAligner
@@ -30,7 +31,16 @@ from tensorplan.whisper.model_files.find import DEFAULT_MODEL
 from tensorplan.whisper.model_files.formats import load_model_files, source_file
 from tensorplan.whisper.options import TranscribeOptions
 from tensorplan.whisper.planned import backend_choice
-from tensorplan.whisper.planned.load_options import DEFAULT_MAX_BATCH, ModelOptions
+from tensorplan.whisper.planned.load_options import (
+    DEFAULT_MAX_BATCH,
+    BackendName,
+    ComputeType,
+    Device,
+    ModelOptions,
+    PlanMode,
+    Precision,
+    Strategy,
+)
 from tensorplan.whisper.planned.model import WhisperModel
 from tensorplan.whisper.planned.session import WhisperSession
 from tensorplan.whisper.result import TranscriptionResult
@@ -82,7 +92,10 @@ class Session:
              vad_options: VadOptions | None, overrides: dict[str, Any]) -> TranscriptionResult:
         from tensorplan.whisper.audio.decode import open_audio
 
-        opts = dataclasses.replace(options or TranscribeOptions(), **overrides)
+        changes, printer = openai_args.split(overrides, TranscribeOptions.__dataclass_fields__)
+        opts = dataclasses.replace(options or TranscribeOptions(), **changes)
+        if printer is not None:  # verbose=True: openai's line per segment, then the caller's
+            on_segment = _both(printer, on_segment)
         samples = open_audio(audio, stream=opts.audio_stream)  # files streamed, arrays checked
         try:
             return self._decode(samples, opts, on_segment, progress, vad_options)
@@ -145,6 +158,14 @@ class Session:
         self.close()
 
 
+def _both(first: SegmentCallback, then: SegmentCallback | None) -> SegmentCallback:
+    def call(segment: Any) -> None:
+        first(segment)
+        if then is not None:
+            then(segment)
+    return call
+
+
 class IdleSessionPool:
     """Idle sessions of one model, lent to one caller at a time; at most `keep` idle."""
 
@@ -200,19 +221,34 @@ class Whisper:
                    **overrides: Any) -> TranscriptionResult:
         """Transcribe a file path or 16 kHz mono samples (float; integer PCM is scaled by
         its dtype). `overrides` replace fields of `options` (e.g. `beam_size=5,
-        language="en"`); `vad_options` tunes the speech detection of `vad_filter=True`.
+        language="en"`; openai-whisper's transcribe() arguments are taken in its forms,
+        such as `temperature=0.0` or `verbose=True`: whisper/openai_args.py); `vad_options`
+        tunes the speech detection of `vad_filter=True`.
         Safe to call from several threads at once: each call runs in its own session."""
         with self.pool.borrow() as session:
             return session.transcribe(audio, options, on_segment=on_segment,
                                       progress=progress, vad_options=vad_options, **overrides)
 
 
+_DEFAULTS = ModelOptions()  # the keyword defaults below: each field's, defined once there
+
+
 def load_model(name_or_path: str | os.PathLike[str] = DEFAULT_MODEL, *,
-               options: ModelOptions | None = None, **fields: Any) -> Whisper:
+               compute_type: ComputeType = _DEFAULTS.compute_type,
+               backend: BackendName = _DEFAULTS.backend,
+               device: Device = _DEFAULTS.device,
+               threads: int | None = _DEFAULTS.threads,
+               plan: PlanMode = _DEFAULTS.plan,
+               strategy: Strategy = _DEFAULTS.strategy,
+               max_batch: int | None = _DEFAULTS.max_batch,
+               kv_dtype: Precision = _DEFAULTS.kv_dtype,
+               weights_dtype: Precision = _DEFAULTS.weights_dtype,
+               options: ModelOptions | None = None) -> Whisper:
     """Load a Whisper model by name ("tiny.en", "base", "small") or path (a CTranslate2
     directory, an openai .pt, a whisper.cpp ggml .bin).
 
-    `fields` are ModelOptions fields (or pass `options=`):
+    The keywords are ModelOptions' fields (whisper/model_options.py); `options=` gives
+    them all at once, and keywords given other values beside it replace its fields.
     compute_type: "int8" keeps every projection matrix and the token embedding as int8
       with per-row scales (faster-whisper's int8); "float32" computes as the reference.
     backend: "numpy" (the reference), "torch" (PyTorch's CPU kernels over the same plan),
@@ -227,12 +263,17 @@ def load_model(name_or_path: str | os.PathLike[str] = DEFAULT_MODEL, *,
       matrices as stored, for less memory at some speed.
     Raises UserError (a bad name, file or option) and ModelError (a broken model).
     """
+    args = locals()
+    given = {name: args[name] for name in _FIELDS if args[name] != getattr(_DEFAULTS, name)}
     try:
-        opts = dataclasses.replace(options or ModelOptions(), model=os.fspath(name_or_path),
-                                   **fields)
+        opts = dataclasses.replace(options or _DEFAULTS, model=os.fspath(name_or_path),
+                                   **given)
     except (TypeError, ValueError) as e:
         raise UserError(f"load_model: {e}") from None
     return load(opts)
+
+
+_FIELDS = frozenset(f.name for f in dataclasses.fields(ModelOptions)) - {"model"}
 
 
 def load(opts: ModelOptions, audio_seconds: float | None = None) -> Whisper:
