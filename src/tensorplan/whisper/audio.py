@@ -37,6 +37,7 @@ import numpy as np
 
 from tensorplan.errors import AudioError
 from tensorplan.files import describe_mode, quote
+from tensorplan.whisper.containers import REFUSED, open_container, refused
 
 SAMPLE_RATE = 16000
 N_FFT = 400  # 25 ms analysis window
@@ -378,9 +379,11 @@ class _Decoder:
         if truncated:
             raise AudioError(f"{name}: truncated WAV ({truncated})")
         self.name, self.sr = name, sr
-        try:
-            self.container = av.open(file, mode="r", metadata_errors="ignore")
+        try:  # self-contained containers only: nothing that reads other files or URLs
+            self.container = open_container(file, metadata_errors="ignore")
         except (av.FFmpegError, EOFError, OSError, ValueError) as e:
+            if refused(e):
+                raise AudioError(f"{name}: {REFUSED}") from None
             raise AudioError(f"{name}: not a readable audio file ({_reason(e)})") from None
         try:
             self.stream = _pick_stream(self.container, name, stream)

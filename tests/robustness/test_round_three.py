@@ -1,0 +1,61 @@
+"""Hardening, round three (issue #31), through the real CLI (clirun) and the Python API: a
+file that refers to other resources, per-request bounds, the weight cache, commands that
+would write over their input, and misuse. Each case once read what it should not, ran
+without bound, served wrong weights or ended in a traceback; each is now refused with one
+line (exit 2) or handled."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from clirun import FAST, assert_ok, assert_user_error, run_cli
+from referring_media import ffconcat, hls_playlist, recording_http_server, transport_stream
+
+REFUSED = "refer to other files or URLs"
+
+
+# --- 1. a file decodes only its own bytes ----------------------------------------------------
+
+
+def test_a_playlist_naming_a_local_file_is_refused(tmp_path: Path) -> None:
+    segment = transport_stream(tmp_path / "secret.ts")
+    assert_ok(run_cli("transcribe", segment, *FAST))  # the named file itself decodes
+    for entry in (str(segment), segment.name):  # absolute, and relative to the playlist
+        playlist = hls_playlist(tmp_path / "list.m3u8", entry)
+        run = run_cli("transcribe", playlist, *FAST)
+        assert_user_error(run.rc, run.stderr, "list.m3u8", REFUSED)
+
+
+def test_a_playlist_naming_a_url_fetches_nothing(tmp_path: Path) -> None:
+    transport_stream(tmp_path / "remote.ts")
+    with recording_http_server(tmp_path) as (url, requests):
+        playlist = hls_playlist(tmp_path / "list.m3u8", f"{url}/remote.ts")
+        run = run_cli("transcribe", playlist, *FAST)
+        assert_user_error(run.rc, run.stderr, "list.m3u8", REFUSED)
+        assert requests == []
+
+
+def test_a_concat_script_is_refused(tmp_path: Path) -> None:
+    target = transport_stream(tmp_path / "other.ts")
+    script = ffconcat(tmp_path / "joined.ffconcat", target)
+    run = run_cli("transcribe", script, *FAST)
+    assert_user_error(run.rc, run.stderr, "joined.ffconcat", REFUSED)
+
+
+def test_the_duration_probes_follow_no_reference(tmp_path: Path) -> None:
+    """The header probes (backend choice, batch ordering) open nothing a playlist names: a
+    local segment's duration (2 s) used to come back as the playlist's."""
+    from tensorplan.batch.jobs import BYTES_PER_SECOND_GUESS, probe_seconds
+    from tensorplan.whisper.backend_choice import audio_seconds
+
+    segment = transport_stream(tmp_path / "secret.ts")
+    assert audio_seconds([segment]) == pytest.approx(2.0, abs=0.2)
+    playlist = hls_playlist(tmp_path / "list.m3u8", str(segment))
+    assert audio_seconds([playlist]) is None
+    assert probe_seconds(playlist) == playlist.stat().st_size / BYTES_PER_SECOND_GUESS
+    with recording_http_server(tmp_path) as (url, requests):
+        remote = hls_playlist(tmp_path / "remote.m3u8", f"{url}/secret.ts")
+        assert audio_seconds([remote]) is None
+        probe_seconds(remote)
+        assert requests == []
