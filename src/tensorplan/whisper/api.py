@@ -22,7 +22,7 @@ from tensorplan.backends import make_backend
 from tensorplan.errors import ModelError, UserError
 from tensorplan.whisper import backend_choice, weight_cache
 from tensorplan.whisper.formats import load_model_files, source_file
-from tensorplan.whisper.limits import check_kv_budget
+from tensorplan.whisper.limits import check_batch_budget, check_kv_budget
 from tensorplan.whisper.model import WhisperModel
 from tensorplan.whisper.model_options import DEFAULT_MAX_BATCH, ModelOptions
 from tensorplan.whisper.models import DEFAULT_MODEL
@@ -59,8 +59,11 @@ class Session:
                    on_segment: SegmentCallback | None = None,
                    progress: ProgressCallback | None = None,
                    vad_options: VadOptions | None = None,
+                   max_audio_seconds: float | None = None,
                    **overrides: Any) -> TranscriptionResult:
-        """Transcribe a file path or 16 kHz mono samples (see Whisper.transcribe)."""
+        """Transcribe a file path or 16 kHz mono samples (see Whisper.transcribe).
+        `max_audio_seconds`: AudioTooLongError for longer audio, from the file's declared
+        duration before decoding, else while the first pass counts its samples."""
         if not self._busy.acquire(blocking=False):
             raise RuntimeError("a Session runs one transcription at a time; "
                                "use one session per thread")
@@ -69,7 +72,8 @@ class Session:
                 self.state.reset()
                 self.dirty = False
             try:
-                return self._run(audio, options, on_segment, progress, vad_options, overrides)
+                return self._run(audio, options, on_segment, progress, vad_options, overrides,
+                                 max_audio_seconds)
             except BaseException:
                 self.dirty = True
                 raise
@@ -78,11 +82,18 @@ class Session:
 
     def _run(self, audio: Audio, options: TranscribeOptions | None,
              on_segment: SegmentCallback | None, progress: ProgressCallback | None,
-             vad_options: VadOptions | None, overrides: dict[str, Any]) -> TranscriptionResult:
+             vad_options: VadOptions | None, overrides: dict[str, Any],
+             max_audio_seconds: float | None = None) -> TranscriptionResult:
         from tensorplan.whisper.audio import open_audio
 
         opts = dataclasses.replace(options or TranscribeOptions(), **overrides)
-        samples = open_audio(audio, stream=opts.audio_stream)  # files streamed, arrays checked
+        if opts.batch_size is not None:  # refused before a byte is decoded
+            from tensorplan.whisper.batched import group_size
+
+            check_batch_budget(self.whisper.dims, opts.batch_size, group_size(opts),
+                               self.whisper.model.kv_dtype)
+        samples = open_audio(audio, stream=opts.audio_stream,  # files streamed, arrays checked
+                             max_seconds=max_audio_seconds)
         try:
             return self._decode(samples, opts, on_segment, progress, vad_options)
         finally:
@@ -128,9 +139,12 @@ class Session:
                       for c in merge([SpeechChunk(a, min(b, len(samples)))], 30 * SAMPLE_RATE)
                       if c.n_samples > 0]
             chunks = [Chunk(c.start, c.end) for c in chunks]
-        return transcribe_batched(self.state, samples, opts, batch_size=opts.batch_size,
-                                  chunks=chunks, vad_options=vad_options,
-                                  on_segment=on_segment, progress=progress)
+        try:
+            return transcribe_batched(self.state, samples, opts, batch_size=opts.batch_size,
+                                      chunks=chunks, vad_options=vad_options,
+                                      on_segment=on_segment, progress=progress)
+        finally:  # a batch's caches (GBs for large batches) are not kept between requests
+            self.state.release_batches()
 
     def close(self) -> None:
         """Drop this session's memory (it is not used afterwards)."""

@@ -24,6 +24,7 @@ from tensorplan.graph import Graph
 from tensorplan.pipeline import Pipeline
 from tensorplan.tensor import Tensor
 from tensorplan.whisper import graphs
+from tensorplan.whisper.limits import check_batch_budget
 from tensorplan.whisper.params import WEIGHT_DTYPES, ComputeWeights, StoredWeights
 from tensorplan.whisper.tokenizer import Tokenizer
 from tensorplan.whisper.weights import ModelDims as Dims
@@ -196,6 +197,7 @@ class WhisperModel:
         first use (under a lock: sessions on several threads may ask at once). Planning
         adds no state a caller sees: the same shape always gives the same plan."""
         key = (n_windows, n_group)
+        check_batch_budget(self.dims, n_windows, n_group, self.kv_dtype)  # before planning
         with self._planning:
             batch = self._window_batches.get(key)
             if batch is None:
