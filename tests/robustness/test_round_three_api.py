@@ -112,3 +112,13 @@ def test_a_batched_request_gives_its_memory_back(model: Any) -> None:
         gc.collect()
         assert session.nbytes == held
         assert rss_mb() - before < 200  # generous: the batch's caches alone are 400 MB
+
+
+# --- 6. misuse -----------------------------------------------------------------------------
+
+
+def test_a_closed_session_says_so(model: Any) -> None:
+    session = model.session()
+    session.close()
+    with pytest.raises(RuntimeError, match="Session is closed"):
+        session.transcribe(str(JFK), **FAST)

@@ -49,6 +49,7 @@ class Session:
         self.whisper = whisper
         self.state = WhisperSession(whisper.model)
         self.dirty = False
+        self.closed = False
         self._busy = threading.Lock()
 
     @property
@@ -64,6 +65,8 @@ class Session:
         """Transcribe a file path or 16 kHz mono samples (see Whisper.transcribe).
         `max_audio_seconds`: AudioTooLongError for longer audio, from the file's declared
         duration before decoding, else while the first pass counts its samples."""
+        if self.closed:  # its memory is gone: say so, not a missing buffer deep inside
+            raise RuntimeError("this Session is closed: make a new one with model.session()")
         if not self._busy.acquire(blocking=False):
             raise RuntimeError("a Session runs one transcription at a time; "
                                "use one session per thread")
@@ -147,7 +150,8 @@ class Session:
             self.state.release_batches()
 
     def close(self) -> None:
-        """Drop this session's memory (it is not used afterwards)."""
+        """Drop this session's memory; transcribing with it afterwards raises."""
+        self.closed = True
         self.state.close()
 
     def __enter__(self) -> Session:
