@@ -59,3 +59,34 @@ def test_the_duration_probes_follow_no_reference(tmp_path: Path) -> None:
         assert audio_seconds([remote]) is None
         probe_seconds(remote)
         assert requests == []
+
+
+# --- 5. no command writes over its input ------------------------------------------------------
+
+
+def test_export_onto_its_source_is_refused(tmp_path: Path, tiny: Path) -> None:
+    import shutil
+
+    model = tmp_path / "tiny"
+    shutil.copytree(tiny, model)
+    before = {p.name: p.read_bytes() for p in model.iterdir()}
+    for out in (model, model / "model.bin", model / "tokenizer.json", model / "new.pt"):
+        run = run_cli("export", "--model", model, "--format", "ggml", "--out", out)
+        assert_user_error(run.rc, run.stderr, "--out", "the input", "write elsewhere")
+    exported = tmp_path / "tiny.bin"
+    assert_ok(run_cli("export", "--model", model, "--format", "ggml", "--out", exported))
+    run = run_cli("export", "--model", exported, "--format", "ggml", "--out", exported)
+    assert_user_error(run.rc, run.stderr, "tiny.bin", "the input")
+    link = tmp_path / "link.bin"
+    link.symlink_to(exported)
+    run = run_cli("export", "--model", exported, "--format", "ggml", "--out", link)
+    assert_user_error(run.rc, run.stderr, "link.bin", "the input")
+    assert {p.name: p.read_bytes() for p in model.iterdir()} == before
+
+
+def test_pack_onto_its_trace_is_refused(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,lower,upper,size\na,0,2,8\nb,1,3,8\n")
+    run = run_cli("pack", trace, "--out", trace)
+    assert_user_error(run.rc, run.stderr, "--out", "the input")
+    assert trace.read_text().startswith("id,lower")
