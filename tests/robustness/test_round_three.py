@@ -90,3 +90,13 @@ def test_pack_onto_its_trace_is_refused(tmp_path: Path) -> None:
     run = run_cli("pack", trace, "--out", trace)
     assert_user_error(run.rc, run.stderr, "--out", "the input")
     assert trace.read_text().startswith("id,lower")
+
+
+# --- 6. misuse --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("address", ["10.0.0.5:99999", "head node:6379", "::::", "ray://:1"])
+def test_a_malformed_ray_address_is_one_line(tmp_path: Path, talk: Path, address: str) -> None:
+    """Refused before Ray is imported or started (one used to print a 9-line traceback)."""
+    run = run_cli("transcribe", "--ray", address, talk, "--output-dir", tmp_path / "out", *FAST)
+    assert_user_error(run.rc, run.stderr, "--ray", "HOST:PORT")
