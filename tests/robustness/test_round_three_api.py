@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import gc
 import io
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -122,3 +124,55 @@ def test_a_closed_session_says_so(model: Any) -> None:
     session.close()
     with pytest.raises(RuntimeError, match="Session is closed"):
         session.transcribe(str(JFK), **FAST)
+
+
+# --- 4. the weight cache never serves wrong weights -------------------------------------------
+
+
+@pytest.fixture()
+def cache_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("TENSORPLAN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("TENSORPLAN_CACHE", raising=False)
+    return tmp_path / "cache"
+
+
+def test_damage_in_the_middle_of_an_entry_is_found(cache_in: Path) -> None:
+    from tensorplan.whisper import weight_cache as wc
+
+    big = np.arange(1 << 20, dtype=np.float32)  # 4 MB: its middle is far from both ends
+    path = wc.write("k", {"w": big})
+    assert path is not None and wc.read("k") is not None
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    path.write_bytes(bytes(data))
+    assert wc.read("k") is None  # ignored: the weights are converted again
+
+
+def test_an_edit_past_64_kib_with_its_mtime_set_back_changes_the_key(tmp_path: Path) -> None:
+    from tensorplan.whisper import weight_cache as wc
+
+    source = tmp_path / "model.bin"
+    source.write_bytes(bytes(1 << 20))
+    key = wc.cache_key(source, compute_type="float32")
+    st = source.stat()
+    time.sleep(0.01)  # a later ctime on file systems with coarse timestamps
+    with open(source, "r+b") as f:
+        f.seek(500_000)
+        f.write(b"\x01")
+    os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert source.stat().st_mtime_ns == st.st_mtime_ns
+    assert wc.cache_key(source, compute_type="float32") != key
+
+
+def test_cache_off_writes_nothing_and_makes_no_directory_0(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tensorplan.whisper import weight_cache as wc
+    from tensorplan.whisper.models import cache_root
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TENSORPLAN_CACHE", "0")
+    monkeypatch.delenv("TENSORPLAN_CACHE_DIR", raising=False)
+    assert wc.cache_dir() is None and wc.write("k", {"w": np.zeros(3)}) is None
+    root = cache_root()
+    assert root.resolve() != (tmp_path / "0").resolve() and root.name != "0"
+    assert list(tmp_path.iterdir()) == []
