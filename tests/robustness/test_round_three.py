@@ -100,3 +100,31 @@ def test_a_malformed_ray_address_is_one_line(tmp_path: Path, talk: Path, address
     """Refused before Ray is imported or started (one used to print a 9-line traceback)."""
     run = run_cli("transcribe", "--ray", address, talk, "--output-dir", tmp_path / "out", *FAST)
     assert_user_error(run.rc, run.stderr, "--ray", "HOST:PORT")
+
+
+def _dense_trace(n: int) -> tuple[list[int], list[int], list[int]]:
+    """n buffers all alive at once around step 50: every pair overlaps."""
+    import random
+
+    rng = random.Random(2)
+    lo = [rng.randrange(0, 50) for _ in range(n)]
+    hi = [x + 50 + rng.randrange(0, 1000) for x in lo]
+    return lo, hi, [rng.randrange(1, 5000) * 64 for _ in range(n)]
+
+
+def test_a_dense_trace_search_stops_at_its_deadline() -> None:
+    """Building the search's overlap lists is quadratic in a dense trace (20,000 buffers:
+    50 s) and ran before the budget was looked at; now it stops at the deadline, and the
+    improvement step returns the packing it was given."""
+    import time
+
+    from tensorplan.alloc.improve import improve
+    from tensorplan.alloc.search import OutOfTime, Problem
+
+    lo, hi, size = _dense_trace(3000)
+    with pytest.raises(OutOfTime):
+        Problem(lo, hi, size, deadline=time.perf_counter())
+    stacked = [sum(size[:k]) for k in range(len(size))]  # a valid packing: one on another
+    out = improve(lo, hi, size, (stacked, sum(size)), bound=max(size), max_nodes=10**6,
+                  deadline=time.perf_counter())
+    assert out.offsets == stacked and out.nodes == 0 and not out.proven
