@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tensorplan.alloc.merge import Merged, guesses
-from tensorplan.alloc.search import OutOfTime, Outcome, Problem, Status, decide
+from tensorplan.alloc.search import Outcome, OutOfTime, Problem, Status, decide
 from tensorplan.alloc.valleys import find
 
 VALLEY_NODES = 40  # per item, per valley restart: its finds took 1-30 per item

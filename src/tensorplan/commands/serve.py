@@ -12,8 +12,6 @@ import logging
 import os
 from typing import Any
 
-from tensorplan.errors import UserError
-
 DEFAULT_PORT = 8000
 
 

@@ -31,8 +31,10 @@ from typing import Any, Literal, TypeVar, Union
 import numpy as np
 
 from tensorplan.errors import UserError
-from tensorplan.whisper.limits import (  # DEFAULT_MAX_AUDIO_SECONDS: for the server
-    DEFAULT_MAX_AUDIO_SECONDS,
+from tensorplan.whisper.limits import (
+    DEFAULT_MAX_AUDIO_SECONDS as DEFAULT_MAX_AUDIO_SECONDS,  # re-exported for the server
+)
+from tensorplan.whisper.limits import (
     MAX_CLIP_SPANS,
     MAX_PATIENCE,
     MAX_SEED,
