@@ -36,6 +36,7 @@ ALLOWED = {
 # the modules of tensorplan.whisper that are its public API, all the server may import
 WHISPER_PUBLIC = {"tensorplan.whisper", "tensorplan.whisper.api", "tensorplan.whisper.options",
                   "tensorplan.whisper.flags",
+                  "tensorplan.whisper.limits",  # the bounds a request is held to
                   "tensorplan.whisper.writers", "tensorplan.whisper.result"}
 
 # Whisper reaches buffers and kernels only through the backend protocol (backends/base.py)

@@ -15,6 +15,10 @@ class AudioError(UserError):
     """An audio input that cannot be decoded."""
 
 
+class AudioTooLongError(AudioError):
+    """Audio longer than the caller allows (a server's --max-audio-seconds)."""
+
+
 class TraceError(UserError):
     """A malformed lifetime trace for `tensorplan pack`."""
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, NoReturn
@@ -211,3 +211,16 @@ def _fsync_dir(directory: Path) -> None:
 
 def _size(n: int) -> str:
     return f"{n // MiB} MiB" if n >= MiB and n % MiB == 0 else f"{n} bytes"
+
+
+def check_not_input(out: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str]],
+                    flag: str = "--out") -> None:
+    """UserError if `out` (links followed) is one of `inputs`, or lies inside an input that
+    is a directory: no command writes over what it reads."""
+    target = Path(out).expanduser().resolve()
+    for source in inputs:
+        src = Path(source).expanduser().resolve()
+        if target == src or (src.is_dir() and target.is_relative_to(src)):
+            what = "is" if target == src else "is inside"
+            raise UserError(f"{flag} {quote(out)} {what} the input {quote(source)}: it would "
+                            "be overwritten; write elsewhere")

@@ -34,7 +34,8 @@ class _FakeSession:
     def __exit__(self, *exc: object) -> None:
         pass
 
-    def transcribe(self, audio: Any, options: Any, *, on_segment: Any, progress: Any) -> Any:
+    def transcribe(self, audio: Any, options: Any, *, on_segment: Any, progress: Any,
+                   max_audio_seconds: float | None = None) -> Any:
         from tensorplan.whisper.result import Segment, TranscriptionResult
 
         seg = Segment(0, 0, 0.0, 1.0, " hello", (1, 2), 0.0, -0.1, 1.0, 0.01)

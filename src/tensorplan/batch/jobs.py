@@ -92,8 +92,10 @@ def probe_seconds(path: Path) -> float:
     """The duration the container declares, or a guess from the file size; never raises."""
     import av
 
+    from tensorplan.whisper.audio.containers import probe
+
     try:
-        with av.open(os.fspath(path), metadata_errors="ignore") as container:
+        with probe(path) as container:  # never a playlist's references
             if container.duration is not None:
                 return float(container.duration / av.time_base)
             for stream in container.streams.audio:

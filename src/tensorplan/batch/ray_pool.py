@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,7 @@ class RayPool:
                  gpus_per_worker: float = 0, max_workers: int | None = None) -> None:
         """n_workers actors (default: the cluster's CPUs / cpus_per_worker), at most
         max_workers."""
+        check_address(address)  # before Ray's import (seconds) and its own parsing
         self.ray = _import_ray()
         self.owns_ray = not self.ray.is_initialized()
         self.ship_inputs = address != "local"  # else every actor runs on this machine
@@ -155,6 +157,21 @@ def _import_ray() -> Any:
 
 
 CONNECT_TIMEOUT_S = 10.0  # a head that accepts no TCP connection in this long is not there
+
+
+_HOST = re.compile(r"\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+")  # a name, an IPv4, or [IPv6]
+
+
+def check_address(address: str) -> None:
+    """UserError unless `address` is "local", "auto" or [ray://]HOST:PORT with a port from 1
+    to 65535 (Ray's own parsing of anything else ended in a traceback)."""
+    if address in ("local", "auto"):
+        return
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not (sep and _HOST.fullmatch(host) and port.isascii() and port.isdigit()
+            and 1 <= int(port) <= 65535):
+        raise UserError(f"--ray {address!r}: expected 'local', 'auto' or HOST:PORT (e.g. "
+                        "10.0.0.5:6379, or ray://HOST:10001 for Ray Client)")
 
 
 def _check_reachable(address: str) -> None:

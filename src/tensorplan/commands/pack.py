@@ -9,6 +9,7 @@ import time
 from tensorplan.alloc import DEFAULT_BUDGET_S, DEFAULT_MAX_NODES, STRATEGIES, pack
 from tensorplan.alloc.trace import read_trace, write_offsets
 from tensorplan.errors import UserError
+from tensorplan.files import check_not_input
 
 MAX_ALIGNMENT = 1 << 30  # larger alignments pad every offset beyond any memory
 MAX_BUDGET_S = 24 * 3600.0  # a day of improvement search; inf would never stop
@@ -66,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
                         f"got {args.budget}")
     if args.max_nodes is not None and args.max_nodes < 0:
         raise UserError(f"--max-nodes must be >= 0, got {args.max_nodes}")
+    check_not_input(args.out, [args.trace])  # the trace is read whole before writing
     t0 = time.perf_counter()
     packing = pack(
         read_trace(args.trace), args.alignment, args.strategy, args.budget, args.max_nodes

@@ -12,13 +12,13 @@ import logging
 import os
 from typing import Any
 
-from tensorplan.errors import UserError
-
 DEFAULT_PORT = 8000
 
 
 def register(sub: Any) -> None:
+    from tensorplan.serve import limits
     from tensorplan.whisper.flags import add_arguments
+    from tensorplan.whisper.limits import DEFAULT_MAX_AUDIO_SECONDS
     from tensorplan.whisper.options import TranscribeOptions
     from tensorplan.whisper.planned.load_options import add_model_arguments
 
@@ -44,6 +44,22 @@ def register(sub: Any) -> None:
                         help="largest accepted upload in MB (default: 100)")
     server.add_argument("--max-queue", type=int, default=64,
                         help="requests waiting for a session before 429s (default: 64)")
+    server.add_argument("--max-audio-seconds", type=float, default=DEFAULT_MAX_AUDIO_SECONDS,
+                        help="longest audio one request may decode, from the file's declared "
+                        "duration and while decoding; longer is a 413 (default: "
+                        f"{DEFAULT_MAX_AUDIO_SECONDS:g})")
+    server.add_argument("--header-timeout", type=float, default=limits.HEADER_TIMEOUT_S,
+                        metavar="S", help="seconds a client has to send a request's headers "
+                        f"(default: {limits.HEADER_TIMEOUT_S:g})")
+    server.add_argument("--body-timeout", type=float, default=limits.BODY_TIMEOUT_S,
+                        metavar="S", help="seconds a client has to send a whole upload; 408 "
+                        f"after (default: {limits.BODY_TIMEOUT_S:g})")
+    server.add_argument("--body-idle-timeout", type=float, default=limits.BODY_IDLE_TIMEOUT_S,
+                        metavar="S", help="longest pause within an upload; 408 after "
+                        f"(default: {limits.BODY_IDLE_TIMEOUT_S:g})")
+    server.add_argument("--keep-alive-timeout", type=float, default=limits.KEEP_ALIVE_S,
+                        metavar="S", help="seconds an idle connection stays open between "
+                        f"requests (default: {limits.KEEP_ALIVE_S:g})")
     models = p.add_argument_group("model", "--threads is per session here (none: cores / N)")
     add_model_arguments(models, p.add_argument_group("memory planning"))
     add_arguments(p.add_argument_group("decoding defaults (a request's form fields override)"),
@@ -62,9 +78,7 @@ def run(args: argparse.Namespace) -> int:
     from tensorplan.whisper.planned.load_options import model_options_from_args
 
     sessions = default_sessions(cores()) if args.sessions is None else args.sessions
-    if sessions < 1 or args.max_queue < 0 or args.max_upload_mb <= 0:
-        raise UserError("--sessions must be at least 1, --max-queue 0 or more, "
-                        "--max-upload-mb positive")
+    check_settings(args, sessions)
     threads = args.threads or per_session(sessions)
     model_options = model_options_from_args(args, threads=threads)
     config = ServeConfig(
@@ -75,6 +89,30 @@ def run(args: argparse.Namespace) -> int:
         max_upload_bytes=int(args.max_upload_mb * (1 << 20)),
         max_queue=args.max_queue,
         defaults=from_args(TranscribeOptions, args),
+        max_audio_seconds=args.max_audio_seconds,
+        header_timeout_s=args.header_timeout,
+        body_idle_timeout_s=args.body_idle_timeout,
+        body_timeout_s=args.body_timeout,
+        keep_alive_s=args.keep_alive_timeout,
     )
     logging.getLogger("tensorplan.serve").setLevel(logging.INFO)
     return serve(config, lambda: load(model_options), host=args.host, port=args.port)
+
+
+def check_settings(args: argparse.Namespace, sessions: int) -> None:
+    """UserError (one line, exit 2) for a configuration that cannot work, before anything
+    listens or loads: every number finite and in range, a port that exists, an address
+    that resolves, an API key a client can send."""
+    from tensorplan.serve import limits
+
+    limits.check_port(args.port)
+    limits.check_count("--sessions", sessions, 1, limits.MAX_SESSIONS)
+    limits.check_count("--max-queue", args.max_queue, 0, limits.MAX_QUEUE)
+    limits.check_positive("--max-upload-mb", args.max_upload_mb, limits.MAX_UPLOAD_MB)
+    limits.check_positive("--max-audio-seconds", args.max_audio_seconds, 1e7)
+    for flag in ("--header-timeout", "--body-timeout", "--body-idle-timeout",
+                 "--keep-alive-timeout"):
+        limits.check_positive(flag, getattr(args, flag[2:].replace("-", "_")),
+                              limits.MAX_TIMEOUT_S)
+    limits.check_api_key(args.api_key or None)
+    limits.check_host(args.host)

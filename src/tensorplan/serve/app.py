@@ -22,7 +22,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tensorplan.errors import AudioError, UserError
+from tensorplan.errors import AudioError, AudioTooLongError, UserError
 from tensorplan.serve import streaming
 from tensorplan.serve.config import ServeConfig
 from tensorplan.serve.errors import ApiError, bad_request
@@ -205,7 +205,9 @@ async def _audio(request: Request, task: str) -> Response:
     state = _state(request)
     scheduler = state.ready()
     try:
-        form = await read_form(request, state.config.max_upload_bytes, state.config.spool_dir)
+        config = state.config
+        form = await read_form(request, config.max_upload_bytes, config.spool_dir,
+                               config.body_idle_timeout_s, config.body_timeout_s)
     except ClientDisconnect:
         return Response(status_code=400)  # nobody is listening
     try:
@@ -217,7 +219,7 @@ async def _audio(request: Request, task: str) -> Response:
             if req.stream:  # each segment to the event loop, in order, as it is decoded
                 loop.call_soon_threadsafe(queue.put_nowait, segment)
 
-        job = Job(_transcriber(form, req, on_segment), cleanup=form.close)
+        job = Job(_transcriber(form, req, state, on_segment), cleanup=form.close)
         future = scheduler.submit(job)  # 429 now, before any response has started
     except BaseException:
         form.close()
@@ -245,11 +247,12 @@ def _request_from(form: Form, state: ServerState, task: str) -> TranscriptionReq
     return req
 
 
-def _transcriber(form: Form, req: TranscriptionRequest,
+def _transcriber(form: Form, req: TranscriptionRequest, state: ServerState,
                  on_segment: Callable[[Segment], None]) -> Callable[[Any, Job], Any]:
     """The job's body, run on a session's worker thread: (result, audio seconds)."""
     assert form.file is not None
     path, filename = str(form.file.path), form.file.filename
+    max_seconds = state.config.max_audio_seconds
 
     def run(session: Any, job: Job) -> tuple[TranscriptionResult, float]:
         frames = [0]
@@ -264,7 +267,10 @@ def _transcriber(form: Form, req: TranscriptionRequest,
 
         try:
             result = session.transcribe(path, req.options, on_segment=segment,
-                                        progress=progress)
+                                        progress=progress, max_audio_seconds=max_seconds)
+        except AudioTooLongError as e:
+            raise ApiError(413, str(e).replace(path, filename) + " this server decodes per "
+                           "request", param="file", code="audio_too_long") from None
         except AudioError as e:  # named by the client's file name, not the temp file's
             raise bad_request(str(e).replace(path, filename), param="file",
                               code="invalid_audio") from None

@@ -4,6 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tensorplan.serve.limits import (
+    BODY_IDLE_TIMEOUT_S,
+    BODY_TIMEOUT_S,
+    HEADER_TIMEOUT_S,
+    KEEP_ALIVE_S,
+)
+from tensorplan.whisper.limits import DEFAULT_MAX_AUDIO_SECONDS
 from tensorplan.whisper.options import TranscribeOptions
 
 ALIASES = ("whisper-1",)  # OpenAI's model name, so unmodified clients work
@@ -19,6 +26,11 @@ class ServeConfig:
     max_queue: int = 64
     defaults: TranscribeOptions = field(default_factory=TranscribeOptions)
     spool_dir: str | None = None  # temp files for uploads (default: the system's)
+    max_audio_seconds: float | None = DEFAULT_MAX_AUDIO_SECONDS  # decoded per request
+    header_timeout_s: float = HEADER_TIMEOUT_S
+    body_idle_timeout_s: float = BODY_IDLE_TIMEOUT_S
+    body_timeout_s: float = BODY_TIMEOUT_S
+    keep_alive_s: float = KEEP_ALIVE_S
 
     @property
     def model_names(self) -> tuple[str, ...]:

@@ -15,6 +15,7 @@ import uvicorn
 
 from tensorplan.serve.app import create_app
 from tensorplan.serve.config import ServeConfig
+from tensorplan.serve.connections import header_deadline_protocol
 
 log = logging.getLogger("tensorplan.serve")
 
@@ -35,6 +36,8 @@ def serve(config: ServeConfig, load: Callable[[], Any], *, host: str, port: int,
     app = create_app(config, load)
     server = _Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
                                     timeout_graceful_shutdown=graceful_s,
+                                    timeout_keep_alive=config.keep_alive_s,  # type: ignore
+                                    http=header_deadline_protocol(config.header_timeout_s),
                                     lifespan="on"))
     failed: list[str] = []
 

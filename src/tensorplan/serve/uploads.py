@@ -8,9 +8,11 @@ written, and the temp file is deleted whatever happens.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import tempfile
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -20,6 +22,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import Request
 
 from tensorplan.serve.errors import ApiError, bad_request
+from tensorplan.serve.limits import BODY_IDLE_TIMEOUT_S, BODY_TIMEOUT_S
 
 FIELDS_ALLOWANCE = 1 << 20  # bytes of form fields and multipart framing besides the file
 MAX_FIELD_BYTES = 64 << 10  # one text field (a prompt is far shorter)
@@ -56,8 +59,11 @@ def too_large(max_bytes: int) -> ApiError:
                     param="file", code="file_too_large")
 
 
-async def read_form(request: Request, max_bytes: int, spool_dir: str | None = None) -> Form:
-    """Parse the request's multipart body; ApiError 413/415/400 when it cannot be used."""
+async def read_form(request: Request, max_bytes: int, spool_dir: str | None = None,
+                    idle_timeout_s: float = BODY_IDLE_TIMEOUT_S,
+                    timeout_s: float = BODY_TIMEOUT_S) -> Form:
+    """Parse the request's multipart body; ApiError 413/415/400 when it cannot be used, 408
+    when a piece of it takes longer than `idle_timeout_s` or all of it than `timeout_s`."""
     ctype, params = parse_options_header(request.headers.get("content-type"))
     if ctype != b"multipart/form-data" or b"boundary" not in params:
         raise ApiError(415, "expected a multipart/form-data body with an audio 'file' field",
@@ -69,7 +75,7 @@ async def read_form(request: Request, max_bytes: int, spool_dir: str | None = No
     reader = _FormReader(params[b"boundary"], max_bytes, spool_dir)
     try:
         received = 0
-        async for chunk in request.stream():
+        async for chunk in _timed(request.stream(), idle_timeout_s, timeout_s):
             received += len(chunk)
             if received > max_body:  # a lying or absent Content-Length
                 raise too_large(max_bytes)
@@ -78,6 +84,26 @@ async def read_form(request: Request, max_bytes: int, spool_dir: str | None = No
     except BaseException:
         reader.abort()
         raise
+
+
+async def _timed(chunks: AsyncIterator[bytes], idle_s: float,
+                 total_s: float) -> AsyncIterator[bytes]:
+    """The body's chunks, each within `idle_s` of the one before and all within `total_s`:
+    a client dribbling its upload does not hold a connection (and a spooled file) forever."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + total_s
+    while True:
+        wait = min(idle_s, deadline - loop.time())
+        try:
+            chunk = await asyncio.wait_for(anext(chunks), timeout=max(wait, 0.0))
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            what = f"no data for {idle_s:g} s" if wait == idle_s else \
+                f"not complete after {total_s:g} s"
+            raise ApiError(408, f"upload too slow: {what}", param="file",
+                           code="request_timeout") from None
+        yield chunk
 
 
 class _FormReader:

@@ -24,7 +24,7 @@ from tensorplan.whisper import openai_args
 from tensorplan.whisper.audio.vad import SpeechOnly, VadOptions
 from tensorplan.whisper.decoding.seek_loop import ProgressCallback, SegmentCallback, transcribe
 from tensorplan.whisper.decoding.timing import WordAligner
-from tensorplan.whisper.limits import check_kv_budget
+from tensorplan.whisper.limits import check_batch_budget, check_kv_budget
 from tensorplan.whisper.model_files import weight_cache
 from tensorplan.whisper.model_files.ct2_weights import ModelDims as Dims
 from tensorplan.whisper.model_files.find import DEFAULT_MODEL
@@ -60,6 +60,7 @@ class Session:
         self.whisper = whisper
         self.state = WhisperSession(whisper.model)
         self.dirty = False
+        self.closed = False
         self._busy = threading.Lock()
 
     @property
@@ -70,8 +71,13 @@ class Session:
                    on_segment: SegmentCallback | None = None,
                    progress: ProgressCallback | None = None,
                    vad_options: VadOptions | None = None,
+                   max_audio_seconds: float | None = None,
                    **overrides: Any) -> TranscriptionResult:
-        """Transcribe a file path or 16 kHz mono samples (see Whisper.transcribe)."""
+        """Transcribe a file path or 16 kHz mono samples (see Whisper.transcribe).
+        `max_audio_seconds`: AudioTooLongError for longer audio, from the file's declared
+        duration before decoding, else while the first pass counts its samples."""
+        if self.closed:  # its memory is gone: say so, not a missing buffer deep inside
+            raise RuntimeError("this Session is closed: make a new one with model.session()")
         if not self._busy.acquire(blocking=False):
             raise RuntimeError("a Session runs one transcription at a time; "
                                "use one session per thread")
@@ -80,7 +86,8 @@ class Session:
                 self.state.reset()
                 self.dirty = False
             try:
-                return self._run(audio, options, on_segment, progress, vad_options, overrides)
+                return self._run(audio, options, on_segment, progress, vad_options, overrides,
+                                 max_audio_seconds)
             except BaseException:
                 self.dirty = True
                 raise
@@ -89,14 +96,21 @@ class Session:
 
     def _run(self, audio: Audio, options: TranscribeOptions | None,
              on_segment: SegmentCallback | None, progress: ProgressCallback | None,
-             vad_options: VadOptions | None, overrides: dict[str, Any]) -> TranscriptionResult:
+             vad_options: VadOptions | None, overrides: dict[str, Any],
+             max_audio_seconds: float | None = None) -> TranscriptionResult:
         from tensorplan.whisper.audio.decode import open_audio
 
         changes, printer = openai_args.split(overrides, TranscribeOptions.__dataclass_fields__)
         opts = dataclasses.replace(options or TranscribeOptions(), **changes)
         if printer is not None:  # verbose=True: openai's line per segment, then the caller's
             on_segment = _both(printer, on_segment)
-        samples = open_audio(audio, stream=opts.audio_stream)  # files streamed, arrays checked
+        if opts.batch_size is not None:  # refused before a byte is decoded
+            from tensorplan.whisper.decoding.batched import group_size
+
+            check_batch_budget(self.whisper.dims, opts.batch_size, group_size(opts),
+                               self.whisper.model.kv_dtype)
+        samples = open_audio(audio, stream=opts.audio_stream,  # files streamed, arrays checked
+                             max_seconds=max_audio_seconds)
         try:
             return self._decode(samples, opts, on_segment, progress, vad_options)
         finally:
@@ -143,12 +157,16 @@ class Session:
                       for c in merge([SpeechChunk(a, min(b, len(samples)))], N_SAMPLES)
                       if c.n_samples > 0]
             chunks = [AudioChunk(c.start, c.end) for c in chunks]
-        return transcribe_batched(self.state, samples, opts, batch_size=opts.batch_size,
-                                  chunks=chunks, vad_options=vad_options,
-                                  on_segment=on_segment, progress=progress)
+        try:
+            return transcribe_batched(self.state, samples, opts, batch_size=opts.batch_size,
+                                      chunks=chunks, vad_options=vad_options,
+                                      on_segment=on_segment, progress=progress)
+        finally:  # a batch's caches (GBs for large batches) are not kept between requests
+            self.state.release_batches()
 
     def close(self) -> None:
-        """Drop this session's memory (it is not used afterwards)."""
+        """Drop this session's memory; transcribing with it afterwards raises."""
+        self.closed = True
         self.state.close()
 
     def __enter__(self) -> Session:

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorplan.errors import UserError
+from tensorplan.errors import AudioTooLongError, UserError
 
 MAX_SEQUENCES = 64  # beams or best-of samples decoded together (openai's CLI uses 5)
 MAX_PATIENCE = 16.0  # beam search candidates collected: round(beam_size * patience)
@@ -24,6 +24,12 @@ MAX_SEED = 2**64 - 1  # numpy's generators take any non-negative int; 64 bits is
 # tiny at all 64 (352 MB). TENSORPLAN_MAX_KV_BYTES raises it.
 DEFAULT_MAX_KV_BYTES = 4 << 30
 MAX_KV_ENV = "TENSORPLAN_MAX_KV_BYTES"
+# clip_timestamps spans: each is decoded as at least one 30 s window whatever its length, so
+# a list of 10,000 tiny spans kept a server's session busy for minutes on seconds of audio
+MAX_CLIP_SPANS = 100
+# decoded audio one server request may hold (--max-audio-seconds): checked against the
+# container's declared duration before decoding, and counted while decoding
+DEFAULT_MAX_AUDIO_SECONDS = 4 * 3600.0
 
 
 def kv_cache_bytes(dims: Any, max_batch: int, kv_dtype: str) -> int:
@@ -56,3 +62,31 @@ def check_kv_budget(dims: Any, max_batch: int, kv_dtype: str) -> None:
         raise UserError(f"{max_batch} sequences need a {need / 2**30:.2f} GiB {kv_dtype} KV "
                         f"cache, more than the {limit / 2**30:.2f} GiB limit: lower "
                         f"--beam-size/--best-of, use --kv-dtype float16, or raise {MAX_KV_ENV}")
+
+
+def batch_kv_bytes(dims: Any, n_windows: int, n_group: int, kv_dtype: str) -> int:
+    """Bytes of a window batch's caches: self-attention K/V for n_windows x n_group
+    sequences, and cross-attention K/V for n_windows encoded windows."""
+    itemsize = np.dtype(kv_dtype).itemsize
+    cross = 2 * int(dims.n_text_layer) * n_windows * int(dims.n_audio_ctx) \
+        * int(dims.n_text_state) * itemsize
+    return kv_cache_bytes(dims, n_windows * n_group, kv_dtype) + cross
+
+
+def check_batch_budget(dims: Any, n_windows: int, n_group: int, kv_dtype: str) -> None:
+    """check_kv_budget's limit for batched decoding (batch_size windows of beam_size or
+    best_of sequences each), before its graphs are planned or its caches allocated."""
+    need, limit = batch_kv_bytes(dims, n_windows, n_group, kv_dtype), max_kv_bytes()
+    if need > limit:
+        raise UserError(f"batch_size {n_windows} x {n_group} sequences per window need "
+                        f"{need / 2**30:.2f} GiB of {kv_dtype} KV caches, more than the "
+                        f"{limit / 2**30:.2f} GiB limit: lower batch_size or beam_size/"
+                        f"best_of, use --kv-dtype float16, or raise {MAX_KV_ENV}")
+
+
+def check_audio_seconds(name: str, seconds: float, limit: float | None, declared: bool) -> None:
+    """AudioTooLongError when `seconds` of audio pass `limit` (None: no limit)."""
+    if limit is not None and seconds > limit:
+        how = "declares" if declared else "decodes to more than"
+        raise AudioTooLongError(f"{name}: {how} {seconds:.0f} s of audio, more than the "
+                                f"{limit:.0f} s limit")

@@ -30,6 +30,7 @@ import numpy as np
 from tensorplan.whisper.audio.constants import CHUNK_LENGTH
 from tensorplan.whisper.flags import option
 from tensorplan.whisper.limits import (
+    MAX_CLIP_SPANS,
     MAX_PATIENCE,
     MAX_SEED,
     MAX_SEQUENCES,
@@ -256,8 +257,9 @@ def clip_spans(points: Sequence[Number], end: Number) -> list[tuple[Number, Numb
 def check_clips(clips: Any) -> None:
     """start,end,start,end,... seconds: finite, non-negative, each span non-empty and after
     the one before (the seek loop only moves forward; a lone last start runs to the end)."""
-    check(isinstance(clips, tuple) and len(clips) <= 2 * 100_000,
-          "clip_timestamps must be a list of seconds")
+    check(isinstance(clips, tuple), "clip_timestamps must be a list of seconds")
+    check(len(clips) <= 2 * MAX_CLIP_SPANS, f"clip_timestamps: {(len(clips) + 1) // 2} spans, "
+          f"more than {MAX_CLIP_SPANS} (each is decoded as at least one 30 s window)")
     for t in clips:
         check(isinstance(t, int | float | np.integer | np.floating) and not isinstance(t, bool)
               and math.isfinite(t) and t >= 0,

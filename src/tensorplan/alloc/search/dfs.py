@@ -54,7 +54,10 @@ class Problem:
 
     Zero-size items take no bytes and are left out (offset 0)."""
 
-    def __init__(self, lo: Sequence[int], hi: Sequence[int], size: Sequence[int]) -> None:
+    def __init__(self, lo: Sequence[int], hi: Sequence[int], size: Sequence[int],
+                 deadline: float = float("inf")) -> None:
+        """OutOfTime past `deadline`: the overlap lists of a dense trace are quadratic (20,000
+        items took 50 s before any search, whatever the budget)."""
         self.n = len(size)
         self.size = list(size)
         items = [k for k in range(self.n) if size[k] > 0]
@@ -67,7 +70,7 @@ class Problem:
         for k in items:
             for s in range(self.first[k], self.stop[k]):
                 self.members[s].append(k)
-        self.overlaps = _overlaps(items, self.first, self.stop)
+        self.overlaps = _overlaps(items, self.first, self.stop, deadline)
         self.items = items
         self.load = [sum(size[k] for k in m) for m in self.members]
         self.lifetime = [hi[k] - lo[k] + 1 for k in range(self.n)]  # in time steps
@@ -93,11 +96,18 @@ class Problem:
         return sorted(self.items, key=lambda k: (-a[k], -b[k], -c[k], k))
 
 
-def _overlaps(items: list[int], first: list[int], stop: list[int]) -> list[list[int]]:
+class OutOfTime(Exception):
+    """A Problem's deadline passed while it was being built."""
+
+
+def _overlaps(items: list[int], first: list[int], stop: list[int],
+              deadline: float = float("inf")) -> list[list[int]]:
     """For every item, the items sharing a section with it (a sweep over start sections)."""
     out: list[list[int]] = [[] for _ in range(len(first))]
     live: list[int] = []
-    for k in sorted(items, key=first.__getitem__):
+    for n, k in enumerate(sorted(items, key=first.__getitem__)):
+        if n % 64 == 0 and time.perf_counter() > deadline:
+            raise OutOfTime
         live = [j for j in live if stop[j] > first[k]]
         for j in live:
             out[j].append(k)

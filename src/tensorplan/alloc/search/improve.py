@@ -27,7 +27,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tensorplan.alloc.search.dfs import Outcome, Problem, Status, decide
+from tensorplan.alloc.search.dfs import Outcome, OutOfTime, Problem, Status, decide
 from tensorplan.alloc.search.merge import Merged, guesses
 from tensorplan.alloc.search.valleys import find
 
@@ -91,8 +91,12 @@ def improve(
     offsets, best = start
     if best <= bound:
         return Improved(offsets, best, True, 0)
-    p = Problem(lo, hi, size)
-    merged = [_Guess(m, Problem(m.lo, m.hi, m.size)) for m in guesses(lo, hi, size)]
+    try:  # building the problems of a dense trace can take longer than the whole budget
+        p = Problem(lo, hi, size, deadline)
+        merged = [_Guess(m, Problem(m.lo, m.hi, m.size, deadline))
+                  for m in guesses(lo, hi, size)]
+    except OutOfTime:
+        return Improved(offsets, best, False, 0)
     budget = _Budget(max_nodes)
     known = bound  # capacities below `known` are proven not to fit
     sweep = 0  # a bisection that gave up on capacities unproven starts again, varied

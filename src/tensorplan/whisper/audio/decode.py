@@ -26,6 +26,8 @@ import numpy as np
 from tensorplan.errors import AudioError
 from tensorplan.files import describe_mode, quote
 from tensorplan.whisper.audio.constants import N_FFT, SAMPLE_RATE
+from tensorplan.whisper.audio.containers import REFUSED, open_container, refused
+from tensorplan.whisper.limits import check_audio_seconds
 
 _FLOAT_FORMATS = ("flt", "fltp", "dbl", "dblp")
 _MAX_WAV_CHUNKS = 64  # header chunks looked at before "data"; real files have a handful
@@ -59,14 +61,18 @@ def load_audio(source: str | os.PathLike[str] | bytes, sr: int = SAMPLE_RATE,
 
 
 def open_audio(audio: str | os.PathLike[str] | bytes | np.ndarray | StreamedAudio,
-               stream: int | None = None) -> np.ndarray | StreamedAudio:
+               stream: int | None = None,
+               max_seconds: float | None = None) -> np.ndarray | StreamedAudio:
     """What `Whisper.transcribe` reads: a file (path, bytes, "-") as a `StreamedAudio`, which
-    never holds more than a few windows of samples; an array through `as_samples`."""
+    never holds more than a few windows of samples; an array through `as_samples`.
+    `max_seconds`: AudioTooLongError for more audio than that (a server's bound)."""
     if isinstance(audio, StreamedAudio):
+        check_audio_seconds(audio.name, len(audio) / audio.sr, max_seconds, declared=False)
         return audio
     if isinstance(audio, np.ndarray):
+        check_audio_seconds("<array>", audio.size / SAMPLE_RATE, max_seconds, declared=False)
         return as_samples(audio)
-    return StreamedAudio(audio, stream=stream)
+    return StreamedAudio(audio, stream=stream, max_seconds=max_seconds)
 
 
 def as_samples(array: Any) -> np.ndarray:
@@ -111,7 +117,7 @@ class StreamedAudio:
     KEEP_SECONDS = 60  # two windows: the seek loop never moves back more than one
 
     def __init__(self, source: str | os.PathLike[str] | bytes, sr: int = SAMPLE_RATE,
-                 stream: int | None = None) -> None:
+                 stream: int | None = None, max_seconds: float | None = None) -> None:
         stdin = not isinstance(source, (bytes, bytearray, memoryview)) and \
             os.fspath(source) == "-"
         if stdin:
@@ -123,10 +129,13 @@ class StreamedAudio:
         self.chunks: Iterator[np.ndarray] = iter(())
         self.size = 0
         self.head = np.zeros(0, np.float32)  # the first N_FFT samples: the STFT reflects them
-        for pcm in self._pcm():
+        # max_seconds: refused from the declared duration before decoding, else counted here,
+        # in the one pass that reads the whole file before any other work
+        for pcm in self._pcm(max_seconds):
             if self.head.size < N_FFT:
                 self.head = np.concatenate([self.head, _to_float(pcm[: N_FFT - self.head.size])])
             self.size += pcm.size
+            check_audio_seconds(self.name, self.size / sr, max_seconds, declared=False)
         self._reset()
 
     def __len__(self) -> int:
@@ -182,9 +191,11 @@ class StreamedAudio:
             close()
         self.chunks = iter(())
 
-    def _pcm(self) -> Iterator[np.ndarray]:
+    def _pcm(self, max_seconds: float | None = None) -> Iterator[np.ndarray]:
         _, file = _open(self.source)
         with file, _decoder(file, self.name, self.sr, self.stream) as decoder:
+            if decoder.declared is not None:
+                check_audio_seconds(self.name, decoder.declared, max_seconds, declared=True)
             yield from decoder.chunks()
 
 
@@ -353,9 +364,11 @@ class _Decoder:
         if truncated:
             raise AudioError(f"{name}: truncated WAV ({truncated})")
         self.name, self.sr = name, sr
-        try:
-            self.container = av.open(file, mode="r", metadata_errors="ignore")
+        try:  # self-contained containers only: nothing that reads other files or URLs
+            self.container = open_container(file, metadata_errors="ignore")
         except (av.FFmpegError, EOFError, OSError, ValueError) as e:
+            if refused(e):
+                raise AudioError(f"{name}: {REFUSED}") from None
             raise AudioError(f"{name}: not a readable audio file ({_reason(e)})") from None
         try:
             self.stream = _pick_stream(self.container, name, stream)

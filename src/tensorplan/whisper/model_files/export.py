@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from tensorplan.errors import ModelError, UserError
+from tensorplan.files import check_not_input
 from tensorplan.whisper.audio.mel import mel_filters
 from tensorplan.whisper.model_files.checkpoint import write_checkpoint
 from tensorplan.whisper.model_files.ct2_weights import WhisperWeights
@@ -28,6 +29,7 @@ from tensorplan.whisper.model_files.formats import (
     load_model_files,
     openai_pieces,
     openai_state_dict,
+    source_file,
 )
 from tensorplan.whisper.model_files.ggml_file import write_ggml
 from tensorplan.whisper.tokenizer import Tokenizer
@@ -43,6 +45,7 @@ def export_model(out: str | os.PathLike[str], fmt: str,
     if fmt not in EXPORT_FORMATS:
         raise UserError(f"unknown export format {fmt!r} (choose {' or '.join(EXPORT_FORMATS)})")
     weights, tokenizer = load_model_files(source)
+    check_not_input(out, model_inputs(source))  # the model replaced by its export, before
     _warn_dropped_key_biases(weights)
     if fmt == "openai":
         return export_openai(weights, out)
@@ -79,3 +82,13 @@ def _warn_dropped_key_biases(weights: WhisperWeights) -> None:
             if np.any(fused[p.index * rows : (p.index + 1) * rows]):
                 log.warning("%s: dropping a nonzero key bias (it cannot change any output)",
                             p.ct2)
+
+
+def model_inputs(source: str | os.PathLike[str]) -> list[Path]:
+    """What loading `source` reads: a CT2 directory, or a .pt/ggml file and the tokenizer
+    and config files beside it."""
+    path = source_file(source)
+    if path.name == "model.bin" and (path.parent / "config.json").is_file():
+        return [path.parent]
+    return [path, *(path.parent / name for name in ("tokenizer.json", "config.json",
+                                                     "vocabulary.txt", "vocabulary.json"))]

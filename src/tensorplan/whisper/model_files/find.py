@@ -15,16 +15,20 @@ site-packages path):
 Other names openai-whisper or faster-whisper know (`OTHER_MODELS`) are not packaged: the
 error names the file to pass instead. `find_in_dir` looks a name up in openai's --model_dir.
 
-The cache root is $TENSORPLAN_CACHE, else $XDG_CACHE_HOME/tensorplan, else ~/.cache/tensorplan.
+The cache root is $TENSORPLAN_CACHE, else $XDG_CACHE_HOME/tensorplan, else ~/.cache/tensorplan;
+TENSORPLAN_CACHE=0 (caching off) joins into a temporary directory removed at exit.
 """
 
 from __future__ import annotations
 
+import atexit
+import functools
 import importlib.util
 import json
 import os
 import re
 import shutil
+import tempfile
 from pathlib import Path
 
 from tensorplan.errors import ModelError
@@ -102,10 +106,20 @@ def find_in_dir(name: str, model_dir: str | os.PathLike[str]) -> Path | None:
 
 
 def cache_root() -> Path:
-    if root := os.environ.get("TENSORPLAN_CACHE"):
+    root = os.environ.get("TENSORPLAN_CACHE", "")
+    if root == "0":  # caching off (weight_cache.py): a model joined from parts lives only
+        return _private_dir()  # for this process, not in a directory named "0"
+    if root and root != "1":
         return Path(root).expanduser()
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else Path.home() / ".cache") / "tensorplan"
+
+
+@functools.lru_cache(maxsize=1)
+def _private_dir() -> Path:
+    path = Path(tempfile.mkdtemp(prefix="tensorplan-models-"))
+    atexit.register(shutil.rmtree, path, True)
+    return path
 
 
 def _package_dir(package: str) -> Path | None:

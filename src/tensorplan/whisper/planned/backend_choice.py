@@ -61,8 +61,10 @@ def audio_seconds(
             continue
         import av  # needed to decode them anyway; the probe reads headers only
 
+        from tensorplan.whisper.audio.containers import probe
+
         try:
-            with av.open(os.fspath(path), metadata_errors="ignore") as container:
+            with probe(path) as container:  # never a playlist's references
                 if container.duration is None:
                     return None
                 total += clipped_seconds(float(container.duration / av.time_base), clips)

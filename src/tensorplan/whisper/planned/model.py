@@ -23,6 +23,7 @@ from tensorplan.backends.base import Backend, TemplateBufferType, templates_of
 from tensorplan.graph import Graph
 from tensorplan.pipeline import Pipeline
 from tensorplan.tensor import Tensor
+from tensorplan.whisper.limits import check_batch_budget
 from tensorplan.whisper.model_files.ct2_weights import ModelDims as Dims
 from tensorplan.whisper.model_files.ct2_weights import WhisperConfig
 from tensorplan.whisper.planned import graphs
@@ -196,6 +197,7 @@ class WhisperModel:
         first use (under a lock: sessions on several threads may ask at once). Planning
         adds no state a caller sees: the same shape always gives the same plan."""
         key = (n_windows, n_group)
+        check_batch_budget(self.dims, n_windows, n_group, self.kv_dtype)  # before planning
         with self._planning:
             batch = self._window_batches.get(key)
             if batch is None:

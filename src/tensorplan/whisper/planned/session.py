@@ -61,6 +61,20 @@ class WhisperSession:
         self.executor = self.model.backend.executor({})
         self._aligning = None
 
+    def release_batches(self) -> None:
+        """Drop the window batches' buffers this session bound (their KV caches and
+        arena): a batched request's memory goes back when it ends, not when the session
+        does. The executors that saw them are made again."""
+        if not self._batches:
+            return
+        for batch in self._batches:
+            for template in batch.buffers:
+                self.buffers.pop(template, None)
+        self._batches = {}
+        self.executor = self.model.backend.executor(self.buffers)
+        if self._aligning is not None:  # it held the batch buffers too; its own stay bound
+            self._aligning = self.model.backend.executor(self.buffers)
+
     def _align_executor(self) -> Executor:
         """The executor of the alignment graphs: this session's buffers plus their own."""
         if self._aligning is None:
