@@ -32,6 +32,8 @@ ALLOWED = {
     "errors": set(),
     # the server knows sessions, never kernels or buffers (see WHISPER_PUBLIC below)
     "serve": {"serve", "whisper", "errors", "machine"},
+    # other libraries' APIs over the whisper package (faster-whisper's WhisperModel)
+    "compat": {"compat", "whisper", "errors"},
 }
 # the modules of tensorplan.whisper that are its public API, all the server may import
 WHISPER_PUBLIC = {"tensorplan.whisper", "tensorplan.whisper.api", "tensorplan.whisper.options",
