@@ -111,8 +111,8 @@ def vad_options(vad_parameters: Mapping[str, Any] | Any | None, **changes: Any) 
 _RENAMED = {"logprob_threshold": "log_prob_threshold", "sample_len": "max_new_tokens"}
 
 
-def transcribe_options(args: Mapping[str, Any], *, multilingual_model: bool,
-                       clips: tuple[float, ...], **extra: Any) -> TranscribeOptions:
+def transcribe_options(args: Mapping[str, Any], *, clips: tuple[float, ...],
+                       **extra: Any) -> TranscribeOptions:
     """TranscribeOptions for faster-whisper's arguments `args` (already refused where
     unsupported; the language is set later)."""
     temperature = args["temperature"]

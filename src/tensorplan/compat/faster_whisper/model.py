@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -161,8 +161,7 @@ class WhisperModel:
             vad = arguments.vad_options(vad_parameters)
             speech = SpeechOnly.find(samples, vad)
             samples = speech.samples
-        options = arguments.transcribe_options(args, multilingual_model=self.whisper.is_multilingual,
-                                               clips=clips)
+        options = arguments.transcribe_options(args, clips=clips)
         language, probability, ranked = self._given_or_detected(args["language"], samples)
         options = dataclasses.replace(options, language=language)
         whisper = self.whisper
@@ -261,8 +260,8 @@ class BatchedInferencePipeline:
                                "'clip_timestamps'.")
         points = tuple(t for span in spans for t in span)
         options = arguments.transcribe_options(
-            dict(args, temperature=_first(args["temperature"])),
-            multilingual_model=whisper.is_multilingual, clips=points, batch_size=batch_size)
+            dict(args, temperature=_first(args["temperature"])), clips=points,
+            batch_size=batch_size)
         first = samples[round(spans[0][0] * SAMPLE_RATE):] if spans else samples
         language, probability, ranked = self.model._given_or_detected(args["language"], first)
         options = dataclasses.replace(options, language=language)

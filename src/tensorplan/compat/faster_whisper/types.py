@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from tensorplan.whisper.vad import VadOptions
 
@@ -73,4 +74,4 @@ class TranscriptionInfo:
     duration_after_vad: float
     all_language_probs: list[tuple[str, float]] | None
     transcription_options: TranscriptionOptions
-    vad_options: VadOptions | None
+    vad_options: VadOptions | dict[str, Any] | None  # as given when vad_filter is off
