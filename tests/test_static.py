@@ -27,11 +27,15 @@ ALLOWED = {
                 "errors", "files"},
     "batch": {"batch", "whisper", "errors", "files", "machine"},
     "commands": {"commands", "whisper", "batch", "alloc", "pipeline", "backends", "errors", "files",
-                 "serve", "machine"},
+                 "serve", "machine", "wyoming"},
     "cli": {"errors", "commands"},
     "errors": set(),
     # the server knows sessions, never kernels or buffers (see WHISPER_PUBLIC below)
     "serve": {"serve", "whisper", "errors", "machine"},
+    # other libraries' APIs over the whisper package (faster-whisper's WhisperModel)
+    "compat": {"compat", "whisper", "errors"},
+    # the Wyoming protocol (Home Assistant) over sessions of the public whisper API
+    "wyoming": {"wyoming", "whisper", "errors"},
 }
 # the modules of tensorplan.whisper that are its public API, all the server may import
 WHISPER_PUBLIC = {"tensorplan.whisper", "tensorplan.whisper.api", "tensorplan.whisper.options",

@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 
 from tensorplan.errors import Terminated, UserError, one_line
 
-COMMANDS = ("transcribe", "plan", "pack", "export", "serve")
+COMMANDS = ("transcribe", "plan", "pack", "export", "serve", "wyoming")
 _BOOL_WORDS = {"true": True, "false": False}  # openai's str2bool, also in lower case
 
 

@@ -1,0 +1,74 @@
+"""`tensorplan wyoming`: speech to text for Home Assistant over the Wyoming protocol.
+
+Model flags come from ModelOptions and decoding flags from TranscribeOptions, as
+`tensorplan serve`'s do; --sessions bounds the transcriptions run at once (each a session
+of the one model; more clients wait their turn).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from typing import Any
+
+from tensorplan.errors import UserError
+
+DEFAULT_URI = "tcp://127.0.0.1:10300"
+DEFAULT_MAX_SECONDS = 300.0  # a voice command is seconds long; longer audio is refused
+
+
+def register(sub: Any) -> None:
+    from tensorplan.whisper.model_options import add_model_arguments
+    from tensorplan.whisper.options import TranscribeOptions, add_arguments
+
+    p = sub.add_parser(
+        "wyoming", help="serve speech to text over the Wyoming protocol (Home Assistant)",
+        description="Answer describe and transcribe + audio-start/chunk/stop with "
+        "transcripts (streamed as transcript-start/chunk/stop, then transcript).")
+    server = p.add_argument_group("server")
+    server.add_argument("--uri", default=DEFAULT_URI,
+                        help=f"where to listen: tcp://HOST:PORT, unix://PATH or stdio:// "
+                        f"(default: {DEFAULT_URI})")
+    server.add_argument("--sessions", type=int, default=None, metavar="N",
+                        help="transcriptions run at once, each a session of the one model "
+                        "(default: cores / 2, at least 1)")
+    server.add_argument("--max-seconds", type=float, default=DEFAULT_MAX_SECONDS,
+                        help=f"longest utterance accepted (default: {DEFAULT_MAX_SECONDS:g})")
+    add_model_arguments(p.add_argument_group("model"), p.add_argument_group("memory planning"))
+    add_arguments(p.add_argument_group("decoding defaults"), TranscribeOptions,
+                  exclude=("task",))
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        from tensorplan.wyoming.server import serve
+    except ImportError as e:
+        raise UserError(f"tensorplan wyoming needs the wyoming package: pip install "
+                        f"'tensorplan[wyoming]' ({e})") from None
+    from tensorplan.machine import cores
+    from tensorplan.serve.threads import default_sessions, per_session
+    from tensorplan.whisper.api import load
+    from tensorplan.whisper.model_options import model_options_from_args
+    from tensorplan.whisper.options import TranscribeOptions, from_args
+
+    sessions = default_sessions(cores()) if args.sessions is None else args.sessions
+    if sessions < 1 or not args.max_seconds > 0:
+        raise UserError("--sessions must be at least 1 and --max-seconds positive")
+    if not args.uri.startswith(("tcp://", "unix://", "stdio://")):
+        raise UserError(f"--uri {args.uri!r}: expected tcp://HOST:PORT, unix://PATH or "
+                        "stdio://")
+    threads = args.threads or per_session(sessions)
+    model_options = model_options_from_args(args, threads=threads)
+    defaults = from_args(TranscribeOptions, args)
+    whisper = load(model_options)
+    logging.getLogger("tensorplan.wyoming").setLevel(logging.INFO)
+    try:
+        asyncio.run(serve(args.uri, whisper, model_options.model, defaults, sessions,
+                          args.max_seconds))
+    except KeyboardInterrupt:
+        pass
+    except OSError as e:  # the port is taken, the socket path unwritable
+        raise UserError(f"--uri {args.uri}: {e.strerror or e}") from None
+    return 0

@@ -1,0 +1,30 @@
+"""faster-whisper's `decode_audio`: a path or a file object → 16 kHz mono float32."""
+
+from __future__ import annotations
+
+import os
+from typing import BinaryIO
+
+import numpy as np
+
+from tensorplan.compat.faster_whisper.arguments import refuse
+from tensorplan.whisper.audio import as_samples, load_audio
+
+SAMPLE_RATE = 16000
+
+
+def decode_audio(input_file: str | BinaryIO, sampling_rate: int = 16000,
+                 split_stereo: bool = False) -> np.ndarray:
+    """Decode and resample to `sampling_rate`, mono. Raises AudioError naming the input
+    for an unreadable file or one without samples."""
+    refuse("split_stereo", split_stereo)
+    source = input_file if isinstance(input_file, str | os.PathLike) else input_file.read()
+    return load_audio(source, sr=sampling_rate)
+
+
+def samples_of(audio: str | BinaryIO | np.ndarray) -> np.ndarray:
+    """transcribe()'s audio as 16 kHz samples: arrays are taken as they are (float, or
+    integer PCM scaled by its dtype); an empty array is empty audio."""
+    if isinstance(audio, np.ndarray):
+        return as_samples(audio)
+    return decode_audio(audio)

@@ -1,0 +1,48 @@
+"""One utterance's audio as it arrives in audio-chunk events, converted to 16 kHz mono
+16-bit (wyoming's AudioChunkConverter) and bounded in length."""
+
+from __future__ import annotations
+
+import numpy as np
+from wyoming.audio import AudioChunk, AudioChunkConverter
+
+RATE, WIDTH, CHANNELS = 16000, 2, 1  # what the model hears
+RATES = range(8000, 192001)  # sample rates accepted from a client
+WIDTHS = (1, 2, 4)  # bytes per sample audioop converts
+MAX_CHANNELS = 8
+
+
+class BadAudio(ValueError):
+    """A format or length this server refuses; the message is sent as an error event."""
+
+
+def check_format(rate: object, width: object, channels: object) -> None:
+    if not isinstance(rate, int) or rate not in RATES:
+        raise BadAudio(f"audio rate {rate!r} Hz is not supported (8000 to 192000)")
+    if width not in WIDTHS:
+        raise BadAudio(f"audio width {width!r} is not supported (1, 2 or 4 bytes)")
+    if not isinstance(channels, int) or not 1 <= channels <= MAX_CHANNELS:
+        raise BadAudio(f"audio channels {channels!r} is not supported (1 to {MAX_CHANNELS})")
+
+
+class Utterance:
+    """The converted samples of one audio-start ... audio-stop."""
+
+    def __init__(self, max_seconds: float) -> None:
+        self.converter = AudioChunkConverter(rate=RATE, width=WIDTH, channels=CHANNELS)
+        self.pcm = bytearray()
+        self.max_bytes = int(max_seconds * RATE) * WIDTH
+        self.max_seconds = max_seconds
+
+    def add(self, chunk: AudioChunk) -> None:
+        check_format(chunk.rate, chunk.width, chunk.channels)
+        frame = chunk.width * chunk.channels
+        if len(chunk.audio) % frame:
+            raise BadAudio(f"audio-chunk holds {len(chunk.audio)} bytes, not whole "
+                           f"{chunk.width}-byte samples of {chunk.channels} channels")
+        self.pcm += self.converter.convert(chunk).audio
+        if len(self.pcm) > self.max_bytes:
+            raise BadAudio(f"the audio is longer than {self.max_seconds:g} s")
+
+    def samples(self) -> np.ndarray:
+        return np.frombuffer(bytes(self.pcm), np.int16)  # int16 PCM: the API scales it
