@@ -75,7 +75,7 @@ def main() -> int:
     parser.add_argument("--mode", default="both", choices=("non_streaming", "streaming", "both"))
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "src"))
-    from tensorplan.whisper.models import resolve_model
+    from tensorplan.whisper.model_files.find import resolve_model
 
     model_dir = resolve_model("tiny.en")
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}

@@ -22,7 +22,7 @@ SHORT_TEXTS = ("The quick brown fox jumps over the lazy dog near the river bank.
 
 @pytest.fixture(scope="session")
 def model_dir() -> str:
-    from tensorplan.whisper.models import resolve_model
+    from tensorplan.whisper.model_files.find import resolve_model
 
     return str(resolve_model("tiny.en"))
 

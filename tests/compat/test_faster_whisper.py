@@ -204,7 +204,7 @@ class StepCounter:
     """Counts the windows tensorplan decodes (each SeekLoop.step is one window)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        from tensorplan.whisper.transcribe import SeekLoop
+        from tensorplan.whisper.decoding.seek_loop import SeekLoop
 
         self.n = 0
         step = SeekLoop.step
@@ -238,7 +238,7 @@ def test_stopping_early_stops_the_decode(tp, long_clip, monkeypatch) -> None:
 
 
 def test_an_error_in_the_decode_reaches_the_reader(tp, jfk, monkeypatch) -> None:
-    from tensorplan.whisper.transcribe import SeekLoop
+    from tensorplan.whisper.decoding.seek_loop import SeekLoop
 
     def broken(*args):
         raise RuntimeError("window failed")

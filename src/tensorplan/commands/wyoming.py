@@ -19,8 +19,9 @@ DEFAULT_MAX_SECONDS = 300.0  # a voice command is seconds long; longer audio is 
 
 
 def register(sub: Any) -> None:
-    from tensorplan.whisper.model_options import add_model_arguments
-    from tensorplan.whisper.options import TranscribeOptions, add_arguments
+    from tensorplan.whisper.flags import add_arguments
+    from tensorplan.whisper.options import TranscribeOptions
+    from tensorplan.whisper.planned.load_options import add_model_arguments
 
     p = sub.add_parser(
         "wyoming", help="serve speech to text over the Wyoming protocol (Home Assistant)",
@@ -50,8 +51,9 @@ def run(args: argparse.Namespace) -> int:
     from tensorplan.machine import cores
     from tensorplan.serve.threads import default_sessions, per_session
     from tensorplan.whisper.api import load
-    from tensorplan.whisper.model_options import model_options_from_args
-    from tensorplan.whisper.options import TranscribeOptions, from_args
+    from tensorplan.whisper.flags import from_args
+    from tensorplan.whisper.options import TranscribeOptions
+    from tensorplan.whisper.planned.load_options import model_options_from_args
 
     sessions = default_sessions(cores()) if args.sessions is None else args.sessions
     if sessions < 1 or not args.max_seconds > 0:

@@ -20,7 +20,7 @@ from tensorplan.compat.faster_whisper.types import (
     TranscriptionOptions,
     Word,
 )
-from tensorplan.whisper.vad import VadOptions
+from tensorplan.whisper.audio.vad import VadOptions
 
 __all__ = ["BatchedInferencePipeline", "REFUSED", "Segment", "TranscriptionInfo",
            "TranscriptionOptions", "Unsupported", "VadOptions", "WhisperModel", "Word",

@@ -12,8 +12,8 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from tensorplan.whisper.audio.vad import VadOptions
 from tensorplan.whisper.options import TranscribeOptions
-from tensorplan.whisper.vad import VadOptions
 
 log = logging.getLogger("tensorplan.compat.faster_whisper")
 CHUNK_SECONDS = 30  # one model window: the only chunk_length tensorplan runs

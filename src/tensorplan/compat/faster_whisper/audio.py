@@ -8,7 +8,7 @@ from typing import BinaryIO
 import numpy as np
 
 from tensorplan.compat.faster_whisper.arguments import refuse
-from tensorplan.whisper.audio import as_samples, load_audio
+from tensorplan.whisper.audio.decode import as_samples, load_audio
 
 SAMPLE_RATE = 16000
 

@@ -29,13 +29,13 @@ from tensorplan.compat.faster_whisper.types import (
     Word,
 )
 from tensorplan.whisper.api import Whisper, load_model
-from tensorplan.whisper.audio import MelFrames
-from tensorplan.whisper.chunks import MAX_CHUNK_SECONDS, cut
-from tensorplan.whisper.decoding import detect_language
+from tensorplan.whisper.audio.chunks import MAX_CHUNK_SECONDS, cut
+from tensorplan.whisper.audio.constants import N_FRAMES
+from tensorplan.whisper.audio.mel import MelFrames
+from tensorplan.whisper.audio.vad import SpeechOnly, VadOptions
+from tensorplan.whisper.decoding.window import detect_language
 from tensorplan.whisper.result import Segment as TpSegment
 from tensorplan.whisper.tokenizer import LANGUAGES
-from tensorplan.whisper.transcribe import N_FRAMES
-from tensorplan.whisper.vad import SpeechOnly, VadOptions
 
 log = logging.getLogger("tensorplan.compat.faster_whisper")
 DEFAULT_TEMPERATURES = [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]

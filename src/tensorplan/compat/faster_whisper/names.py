@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tensorplan.whisper.models import OTHER_MODELS
+from tensorplan.whisper.model_files.find import OTHER_MODELS
 
 
 def model_source(model_size_or_path: str, download_root: str | None) -> str:

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from tensorplan.whisper.vad import VadOptions
+from tensorplan.whisper.audio.vad import VadOptions
 
 
 @dataclass
