@@ -36,6 +36,10 @@ def register(sub: Any) -> None:
     server.add_argument("--sessions", type=int, default=None, metavar="N",
                         help="transcriptions run at once, each a session of the one model "
                         "(default: cores / 2, at least 1; docs/serve.md says why)")
+    server.add_argument("--engine-windows", type=int, default=8, metavar="N",
+                        help="requests decoded together by the step engine, their decoding "
+                        "steps batched into one pass (default: 8; 0: each request runs "
+                        "alone on a session; docs/engine.md)")
     server.add_argument("--api-key", default=os.environ.get("TENSORPLAN_API_KEY"),
                         help="require 'Authorization: Bearer KEY' (default: "
                         "$TENSORPLAN_API_KEY; unset: no authentication)")
@@ -60,14 +64,16 @@ def run(args: argparse.Namespace) -> int:
     from tensorplan.whisper.options import TranscribeOptions, from_args
 
     sessions = default_sessions(cores()) if args.sessions is None else args.sessions
-    if sessions < 1 or args.max_queue < 0 or args.max_upload_mb <= 0:
+    if sessions < 1 or args.max_queue < 0 or args.max_upload_mb <= 0 \
+            or not 0 <= args.engine_windows <= 64:
         raise UserError("--sessions must be at least 1, --max-queue 0 or more, "
-                        "--max-upload-mb positive")
+                        "--max-upload-mb positive, --engine-windows 0 to 64")
     threads = args.threads or per_session(sessions)
     model_options = model_options_from_args(args, threads=threads)
     config = ServeConfig(
         model=model_options.model,
         sessions=sessions,
+        engine_windows=args.engine_windows,
         threads_per_session=threads,
         api_key=args.api_key or None,
         max_upload_bytes=int(args.max_upload_mb * (1 << 20)),

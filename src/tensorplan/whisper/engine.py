@@ -57,6 +57,7 @@ class Task:
     n_cached: int = 0  # KV rows written per sequence
     prompt_kv: list[np.ndarray] | None = None  # (n, d) per cache tensor, until it joins
     slot: int | None = None  # its window slot in the group's batch, once joined
+    solo: Any = None  # its KVInference while it decodes alone on the session's own graphs
     sources: list[int] | None = None  # a beam reorder to apply before its next step
     pending: np.ndarray | None = None  # the last token of each row, for the next step
     result: Any = None
@@ -67,6 +68,7 @@ class Task:
 @dataclass(eq=False)
 class _Job:
     run: Callable[[], Any]
+    stream: Any  # whose window the job puts in the session's own graphs (None: no one's)
     result: Any = None
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
@@ -106,6 +108,7 @@ class StepEngine:
         self._jobs: deque[_Job] = deque()
         self._joining: deque[Task] = deque()  # asked for a step, waiting for a slot
         self._held: Any = None  # the stream whose window the session's own graphs hold
+        self._solo: Task | None = None  # the one task decoding alone (none other active)
         self._closed = False
         self.steps = 0  # batched decoder passes run
         self.rows_stepped = 0  # task steps they carried (rows / G)
@@ -115,9 +118,11 @@ class StepEngine:
         self._thread.start()
 
     # ---- called from request threads ----------------------------------------------------
-    def call(self, fn: Callable[[], Any]) -> Any:
-        """Run fn on the engine thread between steps (FIFO); its result or its error."""
-        job = _Job(fn)
+    def call(self, fn: Callable[[], Any], stream: Any = None) -> Any:
+        """Run fn on the engine thread between steps (FIFO); its result or its error.
+        `stream`: the stream whose window fn loads into the session's own graphs (a task
+        decoding alone there for another stream moves into the batch first)."""
+        job = _Job(fn, stream)
         with self._cond:
             if self._closed:
                 raise EngineClosed("the engine is closed")
@@ -135,7 +140,7 @@ class StepEngine:
                 raise EngineClosed("the engine is closed")
             task.pending, task.result, task.error = last_tokens, None, None
             task.done.clear()
-            if task.slot is None and task not in self._joining:
+            if task.slot is None and task.solo is None and task not in self._joining:
                 self._joining.append(task)
             self._cond.notify_all()
         task.done.wait()
@@ -145,11 +150,11 @@ class StepEngine:
 
     def finish(self, task: Task) -> None:
         """The task is over (finished, failed or cancelled): free its slot."""
-        self.call(lambda: self._leave(task))
+        self.call(lambda: self._leave(task), None)
 
     def stats(self) -> dict[str, int]:
         with self._cond:
-            return {"engine_tasks": sum(len(g.active) for g in self._groups.values()),
+            return {"engine_tasks": len(self._active()),
                     "engine_waiting": len(self._joining), "engine_jobs": len(self._jobs),
                     "engine_steps": self.steps, "engine_task_steps": self.rows_stepped}
 
@@ -189,7 +194,7 @@ class StepEngine:
         pass carries them all; a task busy elsewhere is not waited for past the limit."""
         deadline = time.monotonic() + self.gather_seconds
         while not self._closed:
-            active = [t for g in self._groups.values() for t in g.active]
+            active = self._active()
             if not active or all(t.pending is not None for t in active):
                 return
             if not any(t.pending is not None for t in active):
@@ -199,8 +204,12 @@ class StepEngine:
                 return
             self._cond.wait(left)
 
+    def _active(self) -> list[Task]:
+        solo = [self._solo] if self._solo is not None else []
+        return solo + [t for g in self._groups.values() for t in g.active]
+
     def _ready_tasks(self) -> list[Task]:
-        return [t for g in self._groups.values() for t in g.active if t.pending is not None]
+        return [t for t in self._active() if t.pending is not None]
 
     def _admittable(self) -> bool:
         for task in self._joining:
@@ -258,6 +267,12 @@ class StepEngine:
     def _run_steps(self, ready: list[Task]) -> None:
         by_group: dict[int, list[Task]] = {}
         for t in ready:
+            if t.solo is not None:
+                try:
+                    self._solo_step(t)
+                except BaseException as e:  # noqa: BLE001 - handed to the task's thread
+                    self._fail(t, e)
+                continue
             by_group.setdefault(t.n_group, []).append(t)
         for n_group, tasks in by_group.items():
             group = self._groups[n_group]
@@ -321,6 +336,11 @@ class StepEngine:
         with self._cond:
             if task in self._joining:
                 self._joining.remove(task)
+        if task.solo is not None:
+            task.solo.cleanup_caching()
+            task.solo = None
+            if self._solo is task:
+                self._solo = None
         if task.slot is None:
             return
         group = self._groups[task.n_group]
@@ -358,6 +378,9 @@ class StepEngine:
 
     def _run_job(self, job: _Job) -> None:
         try:
+            solo = self._solo
+            if solo is not None and job.stream is not None and job.stream is not solo.stream:
+                self._evict(solo)
             job.result = job.run()
         except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
             job.error = e
@@ -402,14 +425,63 @@ class StepEngine:
         """Feed a task's first tokens (one sequence: its rows share them) alone; keep the
         KV rows they wrote for its join. Logits (1, len(positions), V)."""
         self.hold(task.stream)
+        n = tokens.shape[1]
+        with self._cond:
+            alone = not self._active() and not self._joining
+        if alone and task.n_group <= self.model.max_batch:
+            # nobody to batch with: decode as a lone session does, on its own graphs
+            task.solo = self.session.inference(task.n_group)
+            out = task.solo.logits(np.repeat(tokens, task.n_group, axis=0), positions)
+            task.n_cached = n
+            with self._cond:
+                self._solo = task
+            return np.asarray(out)[:1]
         inference = self.session.inference(1)
         out = inference.logits(tokens, positions)
-        n = tokens.shape[1]
         ex = self.session.executor
         caches = [c for pair in self.model.kv_self for c in pair]
         task.prompt_kv = [np.asarray(ex.get(c))[:n].copy() for c in caches]
         task.n_cached = n
         return np.asarray(out)
+
+    def _solo_step(self, task: Task) -> None:
+        """One step of the task decoding alone, exactly as a lone session steps."""
+        inference = task.solo
+        if task.sources is not None:
+            inference.rearrange_kv_cache(task.sources)
+            task.sources = None
+        tokens = np.zeros((task.n_group, task.n_cached + 1), np.int32)
+        tokens[:, -1] = task.pending
+        logits = inference.logits(tokens)[:, -1]
+        self.steps += 1
+        self.rows_stepped += 1
+        with self._cond:
+            task.pending, task.result = None, logits
+            task.n_cached += 1
+            task.done.set()
+
+    def _evict(self, task: Task) -> None:
+        """Another stream needs the session's own graphs: the task decoding alone there
+        moves into a slot of its group's batch (its KV rows and window copied in)."""
+        group = self._group(task.n_group)
+        slot = group.free_slot()
+        assert slot is not None, "a task decodes alone only while no other is active"
+        batch, g, n = group.batch, group.batch.n_group, task.n_cached
+        ex = self.session.batch_executor(batch)
+        for view, value in zip(self._cross_views(group, slot), task.stream.cross,
+                               strict=True):
+            ex.set(view, value)
+        own = [c for pair in self.model.kv_self for c in pair]
+        batched = [c for pair in batch.kv_self for c in pair]
+        for mine, theirs in zip(own, batched, strict=True):
+            for i in range(g):
+                rows = ex.get(_rows(mine, self.model.max_batch, i, n))
+                ex.set(_rows(theirs, batch.n_seq, slot * g + i, n), rows)
+        task.solo = None
+        with self._cond:
+            group.slots[slot] = task
+            task.slot = slot
+            self._solo = None
 
 
 def _rows(cache: Tensor, n_seq: int, first_seq: int, n_rows: int) -> Tensor:

@@ -40,7 +40,7 @@ class EngineStream:
 
     def encode(self, mel: np.ndarray) -> None:
         self.check()
-        self.cross = self.engine.call(lambda: self.engine.encode(self, mel))
+        self.cross = self.engine.call(lambda: self.engine.encode(self, mel), self)
 
     def inference(self, n_batch: int) -> EngineInference:
         return EngineInference(self, n_batch)
@@ -53,7 +53,7 @@ class EngineStream:
             engine.hold(self)
             return engine.session.align(tokens, rows)
 
-        return engine.call(run)  # type: ignore[no-any-return]
+        return engine.call(run, self)  # type: ignore[no-any-return]
 
     def reset(self) -> None:
         """Nothing to zero: a failed task's rows are cleared by the engine."""
@@ -82,7 +82,7 @@ class EngineInference:
             if not (tokens == tokens[:1]).all():
                 raise ValueError("the rows of a decoding start from the same tokens")
             first = tokens[:1]
-            out = engine.call(lambda: engine.prompt(task, first, positions))
+            out = engine.call(lambda: engine.prompt(task, first, positions), self.stream)
             return np.repeat(out, b, axis=0)
         if n_ctx != task.n_cached + 1 or positions != [n_ctx - 1]:
             raise ValueError("after its prompt, a decoding feeds one token per row and "
@@ -145,8 +145,8 @@ class Engine:
         return EngineSession(self.whisper, self.core, check)
 
     @contextmanager
-    def borrow(self) -> Iterator[EngineSession]:
-        yield self.session()
+    def borrow(self, check: Callable[[], None] | None = None) -> Iterator[EngineSession]:
+        yield self.session(check)
 
     def transcribe(self, audio: Audio, options: TranscribeOptions | None = None,
                    **kwargs: Any) -> TranscriptionResult:
