@@ -172,3 +172,48 @@ def test_tasks_joining_and_leaving_at_any_step_decode_as_alone(tiny, jfk_audio, 
             t.join()
         ticker.join()
     assert out == [_ALONE[which, beam] for which, beam, _ in plan]
+
+
+@pytest.fixture(scope="module")
+def long_speech(tmp_path_factory) -> np.ndarray:
+    """About two minutes of espeak-ng speech (four windows)."""
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("espeak-ng is not installed (apt-get install -y espeak-ng)")
+    sys_path = Path(__file__).resolve().parents[1] / "fixtures"
+    import sys
+
+    sys.path.insert(0, str(sys_path))
+    from make_speech import TEXT, make_speech  # noqa: PLC0415
+
+    from tensorplan.whisper.audio import load_audio
+
+    path = tmp_path_factory.mktemp("engine") / "long.wav"
+    return load_audio(make_speech(path, f"{TEXT} {TEXT}"))
+
+
+def test_a_short_clip_behind_a_long_file_finishes_first(tiny, jfk_audio,
+                                                        long_speech) -> None:
+    """The short request's one window joins the long file's decoding at the next step
+    boundary: it does not wait for the file's remaining windows."""
+    assert len(long_speech) > 90 * 16000
+    alone = tiny.transcribe(jfk_audio)
+    events: list[str] = []
+    windows_done: list[int] = []
+    first_window = threading.Event()
+
+    def progress(done: int, total: int) -> None:
+        windows_done.append(done)
+        first_window.set()
+
+    with tiny.engine(windows=4) as engine:
+        long_run = threading.Thread(target=lambda: (
+            engine.transcribe(long_speech, progress=progress), events.append("long")))
+        long_run.start()
+        assert first_window.wait(timeout=600)
+        short = engine.transcribe(jfk_audio)
+        events.append("short")
+        long_windows_before = len(windows_done)
+        long_run.join()
+    assert events == ["short", "long"]
+    assert long_windows_before < len(windows_done)  # the file still had windows to go
+    assert shape(short) == shape(alone)
