@@ -154,8 +154,11 @@ def test_tasks_joining_and_leaving_at_any_step_decode_as_alone(tiny, jfk_audio, 
             with step:
                 step.wait_for(lambda: engine.stats()["engine_steps"] >= after, timeout=5)
             stream = engine.session().state
-            stream.encode(mel(which))
-            out[i] = decode(stream, options(beam)).tokens
+            try:
+                stream.encode(mel(which))
+                out[i] = decode(stream, options(beam)).tokens
+            finally:
+                stream.close()  # its window store goes back to the engine
 
         def tick() -> None:
             while any(o is None for o in out):

@@ -55,7 +55,7 @@ class ServerState:
             model = self.load()
             pool = SessionPool(model, self.config.sessions)
             engine = (model.engine(self.config.engine_windows)
-                      if self.config.engine_windows else None)
+                      if self.config.engine_windows and hasattr(model, "engine") else None)
             self.scheduler = Scheduler(pool, self.config.max_queue, engine)
             self.model = model
             log.warning("tensorplan serve: %s ready, %d session(s) x %d thread(s), "

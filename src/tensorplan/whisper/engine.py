@@ -109,6 +109,11 @@ class StepEngine:
         self._joining: deque[Task] = deque()  # asked for a step, waiting for a slot
         self._held: Any = None  # the stream whose window the session's own graphs hold
         self._solo: Task | None = None  # the one task decoding alone (none other active)
+        # each admitted stream's window (cross K/V) between its decodings: allocated and
+        # touched once, so the engine's memory is known at start and never grows
+        shapes = [(t.shape, np.dtype(t.dtype.name)) for pair in model.kv_cross for t in pair]
+        self._parking: list[list[np.ndarray]] = [[np.ones(shape, dtype) for shape, dtype
+                                                  in shapes] for _ in range(windows)]
         self._closed = False
         self.steps = 0  # batched decoder passes run
         self.rows_stepped = 0  # task steps they carried (rows / G)
@@ -148,6 +153,19 @@ class StepEngine:
             raise task.error
         return task.result
 
+    def park(self) -> list[np.ndarray]:
+        """A free window store for a stream (waits while every one is taken)."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._parking or self._closed)
+            if self._closed:
+                raise EngineClosed("the engine is closed")
+            return self._parking.pop()
+
+    def unpark(self, store: list[np.ndarray]) -> None:
+        with self._cond:
+            self._parking.append(store)
+            self._cond.notify_all()
+
     def finish(self, task: Task) -> None:
         """The task is over (finished, failed or cancelled): free its slot."""
         self.call(lambda: self._leave(task), None)
@@ -160,8 +178,11 @@ class StepEngine:
 
     @property
     def nbytes(self) -> int:
-        """Bytes the engine holds: its session and the batches planned so far."""
-        return self.session.nbytes + sum(g.batch.nbytes for g in self._groups.values())
+        """Bytes the engine holds: its session, its streams' window stores and the
+        batches planned so far."""
+        window = sum(a.nbytes for a in self._parking[0]) if self._parking else 0
+        return (self.session.nbytes + window * self.windows
+                + sum(g.batch.nbytes for g in self._groups.values()))
 
     def close(self) -> None:
         with self._cond:
@@ -414,12 +435,14 @@ class StepEngine:
             ex.set(t, value)
         self._held = stream
 
-    def encode(self, stream: Any, mel: np.ndarray) -> list[np.ndarray]:
-        """Encode a window; its cross K/V, a host copy per layer's K and V."""
+    def encode(self, stream: Any, mel: np.ndarray) -> None:
+        """Encode a window; keep its cross K/V in the stream's store (stream.cross)."""
         self.session.encode(mel)
         self._held = stream
         ex = self.session.executor
-        return [ex.get(t) for pair in self.model.kv_cross for t in pair]
+        for t, store in zip((t for pair in self.model.kv_cross for t in pair), stream.cross,
+                            strict=True):
+            np.copyto(store, ex.get(t))
 
     def prompt(self, task: Task, tokens: np.ndarray, positions: Sequence[int]) -> np.ndarray:
         """Feed a task's first tokens (one sequence: its rows share them) alone; keep the

@@ -35,12 +35,14 @@ class EngineStream:
         self.engine, self.model = engine, model
         self.dims, self.tokenizer, self.config = model.dims, model.tokenizer, model.config
         self.is_multilingual = model.is_multilingual
-        self.cross: list[np.ndarray] = []  # the encoded window's cross K/V (host copies)
+        self.cross: list[np.ndarray] = []  # the encoded window's cross K/V (its store)
         self.check = check or (lambda: None)  # raises to stop the request (cancellation)
 
     def encode(self, mel: np.ndarray) -> None:
         self.check()
-        self.cross = self.engine.call(lambda: self.engine.encode(self, mel), self)
+        if not self.cross:
+            self.cross = self.engine.park()  # held until close(): one window at a time
+        self.engine.call(lambda: self.engine.encode(self, mel), self)
 
     def inference(self, n_batch: int) -> EngineInference:
         return EngineInference(self, n_batch)
@@ -59,7 +61,10 @@ class EngineStream:
         """Nothing to zero: a failed task's rows are cleared by the engine."""
 
     def close(self) -> None:
-        self.cross = []
+        """Give the window store back (the stream is done with its audio)."""
+        if self.cross:
+            store, self.cross = self.cross, []
+            self.engine.unpark(store)
 
 
 class EngineInference:
@@ -113,6 +118,13 @@ class EngineSession(Session):
         self.state = EngineStream(engine, check)  # type: ignore[assignment]
         self.dirty = False
         self._busy = threading.Lock()
+
+    def transcribe(self, *args: Any, **kwargs: Any) -> TranscriptionResult:
+        """As Session.transcribe; the stream's window store is given back after."""
+        try:
+            return super().transcribe(*args, **kwargs)
+        finally:
+            self.state.close()
 
     def _run_batched(self, samples: np.ndarray, opts: TranscribeOptions,
                      on_segment: Any, progress: Any, vad_options: Any) -> TranscriptionResult:
