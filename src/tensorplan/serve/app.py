@@ -54,7 +54,8 @@ class ServerState:
         try:
             model = self.load()
             pool = SessionPool(model, self.config.sessions)
-            engine = (model.engine(self.config.engine_windows)
+            beams = self.config.defaults.beam_size or 1  # the defaults' group size, made now
+            engine = (model.engine(self.config.engine_windows, prepare=(beams,))
                       if self.config.engine_windows and hasattr(model, "engine") else None)
             self.scheduler = Scheduler(pool, self.config.max_queue, engine)
             self.model = model

@@ -191,13 +191,14 @@ class Whisper:
         """A new stream of its own over this model's weights and plans."""
         return Session(self)
 
-    def engine(self, windows: int | None = None) -> Any:
+    def engine(self, windows: int | None = None, prepare: tuple[int, ...] = ()) -> Any:
         """A continuous-batching engine over this model (engine_stream.Engine): many
         streams' decoding steps in one batched pass; `windows`: tasks decoding at once
-        per group size. Close it when done (it owns a thread)."""
+        per group size; `prepare`: group sizes (1 greedy, beams) whose memory is taken
+        now rather than on first use. Close it when done (it owns a thread)."""
         from tensorplan.whisper.engine_stream import DEFAULT_WINDOWS, Engine
 
-        return Engine(self, windows or DEFAULT_WINDOWS)
+        return Engine(self, windows or DEFAULT_WINDOWS, prepare=prepare)
 
     def transcribe(self, audio: Audio, options: TranscribeOptions | None = None, *,
                    on_segment: SegmentCallback | None = None,

@@ -166,6 +166,11 @@ class StepEngine:
             self._parking.append(store)
             self._cond.notify_all()
 
+    def prepare(self, n_group: int) -> None:
+        """Plan and bind the batch of a group size now, every byte of it touched, so the
+        engine's memory is reached at start, not under load."""
+        self.call(lambda: self._prepare(n_group))
+
     def finish(self, task: Task) -> None:
         """The task is over (finished, failed or cancelled): free its slot."""
         self.call(lambda: self._leave(task), None)
@@ -466,6 +471,17 @@ class StepEngine:
         task.prompt_kv = [np.asarray(ex.get(c))[:n].copy() for c in caches]
         task.n_cached = n
         return np.asarray(out)
+
+    def _prepare(self, n_group: int) -> None:
+        group = self._group(n_group)
+        batch = group.batch
+        ex = self.session.batch_executor(batch)
+        for t in (t for pair in (*batch.kv_cross, *batch.kv_self) for t in pair):
+            ex.set(t, np.zeros(t.shape, np.dtype(t.dtype.name)))
+        sizes = batch.sizes[-1]  # the full batch at its longest context
+        zeros = np.zeros((sizes.n_seq, 1), np.int32)
+        self.session.run_batch(batch, sizes, sizes.steps[-1], zeros, zeros,
+                               np.arange(sizes.n_seq), check=False)
 
     def _solo_step(self, task: Task) -> None:
         """One step of the task decoding alone, exactly as a lone session steps."""

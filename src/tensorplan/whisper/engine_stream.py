@@ -139,9 +139,12 @@ class Engine:
     steps share the engine's batched passes with every other stream's."""
 
     def __init__(self, whisper: Whisper, windows: int = DEFAULT_WINDOWS,
-                 gather_seconds: float = GATHER_SECONDS) -> None:
+                 gather_seconds: float = GATHER_SECONDS,
+                 prepare: Sequence[int] = ()) -> None:
         self.whisper = whisper
         self.core = StepEngine(whisper.model, windows, gather_seconds)
+        for n_group in prepare:  # group sizes whose batches are made (and touched) now
+            self.core.prepare(n_group)
 
     @property
     def windows(self) -> int:
