@@ -82,6 +82,11 @@ class Scheduler:
         self._jobs: set[Job] = set()
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=self.workers, thread_name_prefix="tensorplan-session")
+        # every worker started now: the process's threads do not grow under load
+        started = threading.Barrier(self.workers + 1)
+        for _ in range(self.workers):
+            self._executor.submit(started.wait)
+        started.wait()
 
     def stats(self) -> dict[str, int]:
         with self._lock:

@@ -118,6 +118,7 @@ class StepEngine:
         self.steps = 0  # batched decoder passes run
         self.rows_stepped = 0  # task steps they carried (rows / G)
         self.solo_jobs = 0
+        self.decodings = 0  # prompts fed: decodings started (a fallback starts another)
         self._thread = threading.Thread(target=self._loop, name="tensorplan-engine",
                                         daemon=True)
         self._thread.start()
@@ -179,7 +180,8 @@ class StepEngine:
         with self._cond:
             return {"engine_tasks": len(self._active()),
                     "engine_waiting": len(self._joining), "engine_jobs": len(self._jobs),
-                    "engine_steps": self.steps, "engine_task_steps": self.rows_stepped}
+                    "engine_steps": self.steps, "engine_task_steps": self.rows_stepped,
+                    "engine_decodings": self.decodings}
 
     @property
     def nbytes(self) -> int:
@@ -453,6 +455,7 @@ class StepEngine:
         """Feed a task's first tokens (one sequence: its rows share them) alone; keep the
         KV rows they wrote for its join. Logits (1, len(positions), V)."""
         self.hold(task.stream)
+        self.decodings += 1
         n = tokens.shape[1]
         with self._cond:
             alone = not self._active() and not self._joining
