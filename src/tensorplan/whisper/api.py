@@ -196,7 +196,8 @@ class Whisper:
         streams' decoding steps in one batched pass; `windows`: tasks decoding at once
         per group size; `prepare`: group sizes (1 greedy, beams) whose memory is taken
         now rather than on first use. Close it when done (it owns a thread)."""
-        from tensorplan.whisper.engine_stream import DEFAULT_WINDOWS, Engine
+        from tensorplan.whisper.engine import DEFAULT_WINDOWS
+        from tensorplan.whisper.engine_stream import Engine
 
         return Engine(self, windows or DEFAULT_WINDOWS, prepare=prepare)
 

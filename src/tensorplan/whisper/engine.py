@@ -152,7 +152,7 @@ class StepEngine:
         task.done.wait()
         if task.error is not None:
             raise task.error
-        return task.result
+        return np.asarray(task.result)
 
     def park(self) -> list[np.ndarray]:
         """A free window store for a stream (waits while every one is taken)."""
@@ -324,7 +324,7 @@ class StepEngine:
                 continue  # a free slot computes into its own rows, rewritten on join
             rows = slice(slot * g, (slot + 1) * g)
             pos[rows] = t.n_cached  # a task not stepping now rewrites its next row only
-            if t in stepping:
+            if t in stepping and t.pending is not None:
                 tok[rows] = t.pending
         graph = sizes.step(int(pos.max()) + 1)
         logits = self.session.run_batch(batch, sizes, graph, tok[:, None], pos[:, None],
@@ -334,13 +334,13 @@ class StepEngine:
         with self._cond:
             for t in tasks:
                 assert t.slot is not None
-                rows = logits[t.slot * g : (t.slot + 1) * g]
+                mine = logits[t.slot * g : (t.slot + 1) * g]
                 t.pending = None
-                if not np.isfinite(rows).all():
+                if not np.isfinite(mine).all():
                     t.error = NonFiniteError("the decoder produced non-finite logits")
                 else:
                     t.n_cached += 1
-                    t.result = rows
+                    t.result = mine
                 t.done.set()
 
     def _reorder(self, group: _Group, tasks: list[Task]) -> None:
@@ -493,6 +493,7 @@ class StepEngine:
             inference.rearrange_kv_cache(task.sources)
             task.sources = None
         tokens = np.zeros((task.n_group, task.n_cached + 1), np.int32)
+        assert task.pending is not None
         tokens[:, -1] = task.pending
         logits = inference.logits(tokens)[:, -1]
         self.steps += 1
