@@ -1,4 +1,4 @@
-"""`tensorplan serve` under load: throughput and latency for 1, 2, 4, 8 concurrent clients.
+"""`tensorplan serve` under load: throughput and latency for 1, 2, 4, 8, 16 concurrent clients.
 
 For each compute type, one server process (`python -m tensorplan serve`) and, for jfk.wav
 (11 s) and a 60 s file (jfk.wav padded with silence to 30 s, twice), each level of concurrency:
@@ -6,11 +6,13 @@ C clients each send R requests back to back. Reported per level: throughput (aud
 per wall second), median and p95 latency, and the server's peak RSS (sampled from /health).
 The ceiling is one process transcribing the same file sequentially with the Python API (no
 HTTP, no queue), measured before and after the levels: `ratio` is the server's throughput
-over it.
+over it. `--engines 8,0` runs each setting with the step engine (8 windows) and without it
+(each request alone on a session), one server each. `--behind 600` adds the fairness
+case: jfk.wav sent 2 s after a 600 s file, its latency against its own solo latency.
 
-    python bench/serve.py [--compute-types float32,int8] [--levels 1,2,4,8] [--requests 2]
+    python bench/serve.py [--compute-types float32,int8] [--levels 1,2,4,8,16] [--requests 2]
                           [--sessions N] [--server-args "..."] [--files jfk,long]
-                    [--beam-size none] [--quick]
+                          [--beam-size none,5] [--engines 8,0] [--behind 600] [--quick]
 """
 
 from __future__ import annotations
@@ -151,15 +153,34 @@ def sequential(path: Path, n: int, compute_type: str, beam: str) -> float:
     return float(out.stdout.split()[-1])
 
 
+def behind(server: Server, long_seconds: float) -> dict[str, float]:
+    """jfk.wav alone, then sent 2 s after a long file: both latencies, and the file's."""
+    short = JFK.read_bytes()
+    solo = post(server.url, "jfk.wav", short)
+    out: dict[str, float] = {}
+    worker = threading.Thread(target=lambda: out.update(
+        long_s=post(server.url, "long.wav", tiled_wav(long_seconds))))
+    worker.start()
+    time.sleep(2)
+    out.update(short_solo_s=solo, short_behind_s=post(server.url, "jfk.wav", short))
+    worker.join()
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--compute-types", default="float32,int8")
-    p.add_argument("--levels", default="1,2,4,8")
+    p.add_argument("--levels", default="1,2,4,8,16")
     p.add_argument("--requests", type=int, default=2, help="requests per client per level")
     p.add_argument("--sessions", default=None, help="the server's --sessions (its default)")
     p.add_argument("--server-args", default="", help="more `tensorplan serve` flags")
     p.add_argument("--files", default="jfk,long", help="jfk and/or long (the tiled file)")
-    p.add_argument("--beam-size", default="none", help="'none' (greedy) or beams")
+    p.add_argument("--beam-size", default="none",
+                   help="'none' (greedy) or beams; a comma list runs each")
+    p.add_argument("--engines", default="8",
+                   help="the server's --engine-windows, a comma list (0: no engine)")
+    p.add_argument("--behind", type=float, default=0.0, metavar="SECONDS",
+                   help="also: jfk.wav sent 2 s after a file this long (0: skip)")
     p.add_argument("--long-seconds", type=float, default=60.0)
     p.add_argument("--quick", action="store_true",
                    help="smoke run: int8, jfk only, 1 and 2 clients, 1 request each")
@@ -172,16 +193,19 @@ def main() -> int:
     if not args.quick and "long" in args.files:
         files[f"tiled ({args.long_seconds:.0f} s)"] = tiled_wav(args.long_seconds)
     rows: list[dict[str, Any]] = []
-    print(f"cores: {len(os.sched_getaffinity(0))}, load average: {os.getloadavg()[0]:.1f}, "
-          f"beam size: {args.beam_size}", flush=True)
-    print("| compute | file | clients | requests | throughput (audio s/s) | ratio | "
-          "p50 s | p95 s | peak RSS MiB |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print(f"cores: {len(os.sched_getaffinity(0))}, load average: {os.getloadavg()[0]:.1f}",
+          flush=True)
+    print("| compute | beam | engine | file | clients | requests | throughput (audio s/s) | "
+          "ratio | p50 s | p95 s | peak RSS MiB |")
+    print("| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    settings = [(c, b, e) for c in types for b in args.beam_size.split(",")
+                for e in args.engines.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
-        for ctype in types:
+        for ctype, beam, engine in settings:
             extra = (["--sessions", args.sessions] if args.sessions else []) \
-                + args.server_args.split()
-            server = Server(["--compute-type", ctype, "--beam-size", args.beam_size, *extra])
+                + ["--engine-windows", engine] + args.server_args.split()
+            server = Server(["--compute-type", ctype, "--beam-size", beam, *extra])
+            tag = f"| {ctype} | {beam} | {engine} |"
             try:
                 for name, data in files.items():
                     path = Path(tmp) / "audio.wav"
@@ -190,20 +214,28 @@ def main() -> int:
                     # the ceiling before and after the levels, and their mean: on a machine
                     # shared with other work, one measurement taken minutes away from the
                     # server's misses the load the server ran under
-                    before = sequential(path, 1 if args.quick else 3, ctype, args.beam_size)
+                    before = sequential(path, 1 if args.quick else 3, ctype, beam)
                     level_rows = [level(server, name, data, clients, requests)
                                   for clients in levels]
-                    after = sequential(path, 1 if args.quick else 3, ctype, args.beam_size)
+                    after = sequential(path, 1 if args.quick else 3, ctype, beam)
                     ceiling = wav_seconds(data) / ((before + after) / 2)
-                    print(f"| {ctype} | {name} | sequential | - | {ceiling:.1f} | 1.00 | "
+                    print(f"{tag} {name} | sequential | - | {ceiling:.1f} | 1.00 | "
                           f"{wav_seconds(data) / ceiling:.2f} | - | - |", flush=True)
                     for row in level_rows:
-                        row.update(compute=ctype, file=name, ratio=row["throughput"] / ceiling)
+                        row.update(compute=ctype, beam=beam, engine=engine, file=name,
+                                   ratio=row["throughput"] / ceiling)
                         rows.append(row)
-                        print(f"| {ctype} | {name} | {row['clients']} | {row['n']} | "
+                        print(f"{tag} {name} | {row['clients']} | {row['n']} | "
                               f"{row['throughput']:.1f} | {row['ratio']:.2f} | "
                               f"{row['p50_s']:.2f} | {row['p95_s']:.2f} | "
                               f"{row['rss_mib']:.0f} |", flush=True)
+                if args.behind:
+                    b = behind(server, args.behind)
+                    rows.append({"compute": ctype, "beam": beam, "engine": engine,
+                                 "behind_s": args.behind, **b})
+                    print(f"{tag} jfk.wav 2 s behind a {args.behind:.0f} s file: "
+                          f"{b['short_behind_s']:.2f} s (alone {b['short_solo_s']:.2f} s; "
+                          f"the file {b['long_s']:.1f} s)", flush=True)
             finally:
                 server.stop()
     if args.json:

@@ -152,7 +152,8 @@ def test_an_upload_over_the_limit_without_content_length_is_413(server: ServerPr
 def test_a_queue_full_server_answers_429_with_retry_after(server: ServerProcess) -> None:
     import threading
 
-    small = ServerProcess("--beam-size", "none", "--sessions", "1", "--max-queue", "0")
+    small = ServerProcess("--beam-size", "none", "--sessions", "1", "--engine-windows", "1",
+                          "--max-queue", "0")
     try:
         results: list[int] = []
         def slow() -> None:

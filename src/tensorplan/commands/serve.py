@@ -37,6 +37,10 @@ def register(sub: Any) -> None:
     server.add_argument("--sessions", type=int, default=None, metavar="N",
                         help="transcriptions run at once, each a session of the one model "
                         "(default: cores / 2, at least 1; docs/serve.md says why)")
+    server.add_argument("--engine-windows", type=int, default=8, metavar="N",
+                        help="requests decoded together by the step engine, their decoding "
+                        "steps batched into one pass (default: 8; 0: each request runs "
+                        "alone on a session; docs/engine.md)")
     server.add_argument("--api-key", default=os.environ.get("TENSORPLAN_API_KEY"),
                         help="require 'Authorization: Bearer KEY' (default: "
                         "$TENSORPLAN_API_KEY; unset: no authentication)")
@@ -84,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
     config = ServeConfig(
         model=model_options.model,
         sessions=sessions,
+        engine_windows=args.engine_windows,
         threads_per_session=threads,
         api_key=args.api_key or None,
         max_upload_bytes=int(args.max_upload_mb * (1 << 20)),
@@ -108,6 +113,7 @@ def check_settings(args: argparse.Namespace, sessions: int) -> None:
     limits.check_port(args.port)
     limits.check_count("--sessions", sessions, 1, limits.MAX_SESSIONS)
     limits.check_count("--max-queue", args.max_queue, 0, limits.MAX_QUEUE)
+    limits.check_count("--engine-windows", args.engine_windows, 0, limits.MAX_ENGINE_WINDOWS)
     limits.check_positive("--max-upload-mb", args.max_upload_mb, limits.MAX_UPLOAD_MB)
     limits.check_positive("--max-audio-seconds", args.max_audio_seconds, 1e7)
     for flag in ("--header-timeout", "--body-timeout", "--body-idle-timeout",

@@ -54,11 +54,17 @@ class ServerState:
         try:
             model = self.load()
             pool = FixedSessionPool(model, self.config.sessions)
-            self.scheduler = Scheduler(pool, self.config.max_queue)
+            beams = self.config.defaults.beam_size or 1  # the defaults' group size, made now
+            engine = (model.engine(self.config.engine_windows, prepare=(beams,))
+                      if self.config.engine_windows and hasattr(model, "engine") else None)
+            self.scheduler = Scheduler(pool, self.config.max_queue, engine)
             self.model = model
             log.warning("tensorplan serve: %s ready, %d session(s) x %d thread(s), "
                         "%.0f MiB each", self.config.model, self.config.sessions,
                         self.config.threads_per_session, pool.session_bytes / 2**20)
+            if engine is not None:
+                log.warning("tensorplan serve: step engine, %d requests decode together",
+                            engine.windows)
         except Exception as e:  # noqa: BLE001 - reported by /ready, and the server stops
             self.error = f"{type(e).__name__}: {e}" if not isinstance(e, UserError) else str(e)
             log.error("tensorplan serve: cannot load the model: %s", self.error)
@@ -74,6 +80,8 @@ class ServerState:
     def close(self) -> None:
         if self.scheduler is not None:
             self.scheduler.close()
+            if self.scheduler.engine is not None:
+                self.scheduler.engine.close()
             self.scheduler.pool.close()
 
 

@@ -20,6 +20,7 @@ ALIASES = ("whisper-1",)  # OpenAI's model name, so unmodified clients work
 class ServeConfig:
     model: str = "tiny.en"
     sessions: int = 1
+    engine_windows: int = 8  # requests decoding together on the step engine (0: off)
     threads_per_session: int = 1
     api_key: str | None = field(default=None, repr=False)  # never printed
     max_upload_bytes: int = 100 << 20

@@ -5,6 +5,10 @@ dedicated worker threads (one per session, so blocking work never runs on the ev
 refuses work when the queue is full, and counts busy sessions and queued jobs for /health.
 A job is cancelled cooperatively: its callbacks raise `Cancelled` at the next segment or
 window, which frees its session for the next job.
+
+With a step engine (whisper/decoding/engine.py) the jobs run on the engine's streams instead: one
+worker thread per engine window, every stream's decoding steps batched together; a job is
+then also stopped between two decoding steps (its stream checks the flag).
 """
 
 from __future__ import annotations
@@ -66,27 +70,38 @@ class Job:
 
 
 class Scheduler:
-    def __init__(self, pool: FixedSessionPool, max_queue: int) -> None:
+    def __init__(self, pool: FixedSessionPool, max_queue: int, engine: Any = None) -> None:
         self.pool = pool
+        self.engine = engine
         self.max_queue = max_queue
+        self.workers = engine.windows if engine is not None else pool.size
         self._lock = threading.Lock()
         self.queued = 0  # admitted, waiting for a session
         self.busy = 0  # running on a session
         self.done = 0
         self._jobs: set[Job] = set()
         self._executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=pool.size, thread_name_prefix="tensorplan-session")
+            max_workers=self.workers, thread_name_prefix="tensorplan-session")
+        # every worker started now: the process's threads do not grow under load
+        started = threading.Barrier(self.workers + 1)
+        for _ in range(self.workers):
+            self._executor.submit(started.wait)
+        started.wait()
 
     def stats(self) -> dict[str, int]:
         with self._lock:
-            return {"sessions": self.pool.size, "busy_sessions": self.busy,
-                    "queued": self.queued, "max_queue": self.max_queue,
-                    "completed": self.done}
+            stats = {"sessions": self.pool.size, "busy_sessions": self.busy,
+                     "queued": self.queued, "max_queue": self.max_queue,
+                     "completed": self.done}
+        if self.engine is not None:
+            stats.update(self.engine.stats(), streams=self.workers,
+                         engine_bytes=self.engine.nbytes)
+        return stats
 
     def submit(self, job: Job) -> asyncio.Future[Any]:
         """Queue `job`; ApiError 429 (with Retry-After) when the queue is full."""
         with self._lock:
-            if self.busy + self.queued >= self.pool.size + self.max_queue:
+            if self.busy + self.queued >= self.workers + self.max_queue:
                 raise ApiError(429, f"the server is busy: {self.queued} requests queued; "
                                "retry later", code="queue_full", headers={"Retry-After": "1"})
             self.queued += 1
@@ -121,12 +136,17 @@ class Scheduler:
             self.busy += 1
         try:
             job.check()  # cancelled while it waited
-            with self.pool.session() as session:
+            with self._lend(job) as session:
                 return job.run(session, job)
         finally:
             with self._lock:
                 self.busy -= 1
                 self.done += 1
+
+    def _lend(self, job: Job) -> Any:
+        if self.engine is not None:
+            return self.engine.borrow(job.check)
+        return self.pool.session()
 
     def _forget(self, job: Job, future: concurrent.futures.Future[Any]) -> None:
         with self._lock:

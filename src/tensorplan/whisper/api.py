@@ -232,6 +232,16 @@ class Whisper:
         """A new stream of its own over this model's weights and plans."""
         return Session(self)
 
+    def engine(self, windows: int | None = None, prepare: tuple[int, ...] = ()) -> Any:
+        """A continuous-batching engine over this model (engine_stream.Engine): many
+        streams' decoding steps in one batched pass; `windows`: tasks decoding at once
+        per group size; `prepare`: group sizes (1 greedy, beams) whose memory is taken
+        now rather than on first use. Close it when done (it owns a thread)."""
+        from tensorplan.whisper.decoding.engine import DEFAULT_WINDOWS
+        from tensorplan.whisper.decoding.engine_stream import Engine
+
+        return Engine(self, windows or DEFAULT_WINDOWS, prepare=prepare)
+
     def transcribe(self, audio: Audio, options: TranscribeOptions | None = None, *,
                    on_segment: SegmentCallback | None = None,
                    progress: ProgressCallback | None = None,

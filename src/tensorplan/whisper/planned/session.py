@@ -111,16 +111,18 @@ class WhisperSession:
             ex.set(v, ex.get(v_slot))
 
     def run_batch(self, batch: WindowBatch, graphs: BatchGraphs, g: BatchDecoder,
-                  tokens: np.ndarray, positions: np.ndarray, rows: np.ndarray) -> np.ndarray:
+                  tokens: np.ndarray, positions: np.ndarray, rows: np.ndarray, *,
+                  check: bool = True) -> np.ndarray:
         """Feed tokens (S, N) at positions (S, N) of the first S sequences of the batch
-        through one of its graphs; rows: flat row ids for logits."""
+        through one of its graphs; rows: flat row ids for logits. check=False: the caller
+        checks each sequence's rows (one bad sequence need not fail the others)."""
         ex = self.batch_executor(batch)
         self._feed(ex, g.inputs, g.n_tok, graphs.n_seq, tokens, positions,
                    np.arange(len(tokens)))
         ex.set(g.inputs.logit_rows, np.asarray(rows, np.int32))
         ex.compute(batch.graph(g))
         logits = np.asarray(ex.get(g.logits))
-        if not np.isfinite(logits).all():
+        if check and not np.isfinite(logits).all():
             raise NonFiniteError("the decoder produced non-finite logits")
         return logits
 

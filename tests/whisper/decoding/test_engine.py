@@ -1,0 +1,227 @@
+"""The step engine (whisper/decoding/engine.py): requests decoded together in one batched pass per
+step give the transcripts each gives alone, whatever joins or leaves around them."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tensorplan.whisper.decoding.window import decode
+from tensorplan.whisper.options import DecodingOptions
+
+SPOKEN = "Four score and seven years ago our fathers brought forth a new nation."
+
+
+class Stop(Exception):
+    pass
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model_factory):
+    return tiny_model_factory(backend="numpy", compute_type="int8")
+
+
+@pytest.fixture(scope="module")
+def spoken(tmp_path_factory) -> np.ndarray:
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("espeak-ng is not installed (apt-get install -y espeak-ng)")
+    from tensorplan.whisper.audio.decode import load_audio
+
+    path = tmp_path_factory.mktemp("engine") / "spoken.wav"
+    subprocess.run(["espeak-ng", "-v", "en-us", "-w", str(path), SPOKEN], check=True,
+                   capture_output=True)
+    return load_audio(path)
+
+
+def requests(jfk: np.ndarray, spoken: np.ndarray) -> list[tuple[np.ndarray, dict[str, Any]]]:
+    return [
+        (jfk, {}),
+        (jfk, {"beam_size": 5}),
+        (jfk, {"word_timestamps": True}),
+        (spoken, {"initial_prompt": "Gettysburg, Lincoln."}),
+        # every window fails the log-probability test: each temperature is decoded (best_of
+        # 5 samples at T > 0) and the best result kept. Hot temperatures, so the results
+        # differ: equal texts would tie on avg_logprob up to the last bits
+        (spoken, {"logprob_threshold": -0.01, "beam_size": None,
+                  "temperature": (0.0, 0.8, 1.0)}),
+        (spoken, {"beam_size": 5, "word_timestamps": True}),
+    ]
+
+
+def shape(result) -> list[tuple]:
+    """What must match: every segment's tokens, times, temperature and words."""
+    return [(s.tokens, s.start, s.end, s.temperature,
+             tuple((w.word, w.start, w.end) for w in s.words or ())) for s in result.segments]
+
+
+def run_together(engine, jobs, sessions=None) -> list[Any]:
+    out: list[Any] = [None] * len(jobs)
+
+    def work(i: int) -> None:
+        audio, kw = jobs[i]
+        session = sessions[i] if sessions else engine.session()
+        try:
+            out[i] = session.transcribe(audio, **kw)
+        except Exception as e:  # noqa: BLE001 - compared by the test
+            out[i] = e
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def test_concurrent_requests_give_what_each_gives_alone(tiny, jfk_audio, spoken) -> None:
+    jobs = requests(jfk_audio, spoken)
+    alone = [tiny.transcribe(audio, **kw) for audio, kw in jobs]
+    with tiny.engine(windows=1) as engine:  # the fallback did run: three decodings
+        fallback = engine.transcribe(jobs[4][0], **jobs[4][1])
+        assert engine.stats()["engine_decodings"] == 3  # one window, three temperatures
+    assert shape(fallback) == shape(alone[4])
+    assert alone[2].segments[0].words  # word timestamps did run
+    with tiny.engine(windows=4) as engine:  # 6 requests, 4 slots: some wait for a slot
+        together = run_together(engine, jobs)
+        stats = engine.stats()
+    for a, b in zip(alone, together, strict=True):
+        assert not isinstance(b, Exception), b
+        assert shape(b) == shape(a)
+        assert b.text == a.text
+    assert stats["engine_tasks"] == 0 and stats["engine_waiting"] == 0
+    # steps were shared: fewer batched passes than task steps
+    assert stats["engine_steps"] < stats["engine_task_steps"]
+
+
+def test_a_request_cancelled_mid_decode_leaves_the_others_alone(tiny, jfk_audio,
+                                                                spoken) -> None:
+    jobs = [(jfk_audio, {"beam_size": 5}), (spoken, {}), (jfk_audio, {})]
+    alone = [tiny.transcribe(audio, **kw) for audio, kw in jobs]
+    calls = [0]
+
+    def check() -> None:  # the first request stops in the middle of its first window
+        calls[0] += 1
+        if calls[0] > 8:
+            raise Stop
+
+    with tiny.engine(windows=4) as engine:
+        sessions = [engine.session(check), engine.session(), engine.session()]
+        out = run_together(engine, jobs, sessions)
+        assert engine.stats()["engine_tasks"] == 0  # its slot was given back
+        again = engine.session().transcribe(jfk_audio, beam_size=5)  # the engine still works
+    assert isinstance(out[0], Stop)
+    assert shape(out[1]) == shape(alone[1]) and shape(out[2]) == shape(alone[2])
+    assert shape(again) == shape(alone[0])
+
+
+_ALONE: dict[tuple, Any] = {}
+
+
+@settings(max_examples=4, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(plan=st.lists(st.tuples(st.integers(0, 2), st.sampled_from([1, 5]),
+                               st.integers(0, 12)), min_size=2, max_size=4))
+def test_tasks_joining_and_leaving_at_any_step_decode_as_alone(tiny, jfk_audio, plan) -> None:
+    """Each task: (which window of jfk, beam size, the engine step it starts after)."""
+    from tensorplan.whisper.audio.mel import log_mel_spectrogram
+    from tensorplan.whisper.planned.session import WhisperSession
+
+    starts = (0.0, 2.5, 5.0)
+
+    def mel(which: int) -> np.ndarray:
+        audio = jfk_audio[int(starts[which] * 16000):]
+        m = log_mel_spectrogram(np.concatenate([audio, np.zeros(480000, np.float32)]),
+                                n_mels=tiny.dims.n_mels)
+        return m[:, :3000]
+
+    def options(beam: int) -> DecodingOptions:
+        return DecodingOptions(language="en", beam_size=beam if beam > 1 else None)
+
+    for which, beam, _ in plan:
+        if (which, beam) not in _ALONE:
+            session = WhisperSession(tiny.model)
+            session.encode(mel(which))
+            _ALONE[which, beam] = decode(session, options(beam)).tokens
+    with tiny.engine(windows=2) as engine:
+        out: list[Any] = [None] * len(plan)
+        step = threading.Condition()
+
+        def work(i: int) -> None:
+            which, beam, after = plan[i]
+            with step:
+                step.wait_for(lambda: engine.stats()["engine_steps"] >= after, timeout=5)
+            stream = engine.session().state
+            try:
+                stream.encode(mel(which))
+                out[i] = decode(stream, options(beam)).tokens
+            finally:
+                stream.close()  # its window store goes back to the engine
+
+        def tick() -> None:
+            while any(o is None for o in out):
+                with step:
+                    step.notify_all()
+                    step.wait(0.005)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(len(plan))]
+        ticker = threading.Thread(target=tick)
+        for t in threads:
+            t.start()
+        ticker.start()
+        for t in threads:
+            t.join()
+        ticker.join()
+    assert out == [_ALONE[which, beam] for which, beam, _ in plan]
+
+
+@pytest.fixture(scope="module")
+def long_speech(tmp_path_factory) -> np.ndarray:
+    """About two minutes of espeak-ng speech (four windows)."""
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("espeak-ng is not installed (apt-get install -y espeak-ng)")
+    sys_path = Path(__file__).resolve().parents[1] / "fixtures"
+    import sys
+
+    sys.path.insert(0, str(sys_path))
+    from make_speech import TEXT, make_speech  # noqa: PLC0415
+
+    from tensorplan.whisper.audio.decode import load_audio
+
+    path = tmp_path_factory.mktemp("engine") / "long.wav"
+    return load_audio(make_speech(path, f"{TEXT} {TEXT}"))
+
+
+def test_a_short_clip_behind_a_long_file_finishes_first(tiny, jfk_audio,
+                                                        long_speech) -> None:
+    """The short request's one window joins the long file's decoding at the next step
+    boundary: it does not wait for the file's remaining windows."""
+    assert len(long_speech) > 90 * 16000
+    alone = tiny.transcribe(jfk_audio)
+    events: list[str] = []
+    windows_done: list[int] = []
+    first_window = threading.Event()
+
+    def progress(done: int, total: int) -> None:
+        windows_done.append(done)
+        first_window.set()
+
+    with tiny.engine(windows=4) as engine:
+        long_run = threading.Thread(target=lambda: (
+            engine.transcribe(long_speech, progress=progress), events.append("long")))
+        long_run.start()
+        assert first_window.wait(timeout=600)
+        short = engine.transcribe(jfk_audio)
+        events.append("short")
+        long_windows_before = len(windows_done)
+        long_run.join()
+    assert events == ["short", "long"]
+    assert long_windows_before < len(windows_done)  # the file still had windows to go
+    assert shape(short) == shape(alone)
