@@ -143,7 +143,12 @@ class Connection:
     # --- sending
 
     def send(self, event: dict[str, Any]) -> None:
-        """Queue one event (on the event loop); a full queue drops the connection."""
+        """Queue one event, after the stream's events already on their way to the loop
+        (a commit's `committed` before the `cleared` of a clear right after it)."""
+        self.loop.call_soon(self._enqueue, event)
+
+    def _enqueue(self, event: dict[str, Any]) -> None:
+        """On the event loop: into the send queue; a full queue drops the connection."""
         if self.dropped:
             return
         try:
@@ -159,7 +164,10 @@ class Connection:
             text = await self.outbox.get()
             if text is None or self.dropped:
                 return
-            await self.websocket.send_text(text)
+            try:
+                await self.websocket.send_text(text)
+            except Exception:  # noqa: BLE001 - the client is gone: the receiver sees it
+                return
 
     async def _close(self, code: int, reason: str) -> None:
         try:
@@ -175,7 +183,7 @@ class Connection:
         if self.stream.closed:
             return
         for event in events:
-            self.send(self._render(event))
+            self._enqueue(self._render(event))
 
     def _item(self, turn: int) -> str:
         return f"item_{self.token}{turn:04d}"
