@@ -27,9 +27,12 @@ class TurnDetection:
     ends after `silence_duration_ms` below it; `prefix_padding_ms` of audio before the
     start belongs to the turn."""
 
-    threshold: float = 0.5
-    prefix_padding_ms: int = 300
-    silence_duration_ms: int = 500
+    threshold: float = field(default=0.5, metadata={
+        "help": "speech starts at a Silero VAD probability this high"})
+    prefix_padding_ms: int = field(default=300, metadata={
+        "help": "audio before the start of speech that belongs to the turn"})
+    silence_duration_ms: int = field(default=500, metadata={
+        "help": "silence that ends a turn (a line of output)"})
 
     def __post_init__(self) -> None:
         if not 0 < self.threshold < 1:
