@@ -248,7 +248,7 @@ class Connection:
             self.stream.clear()
             self.send({"type": "input_audio_buffer.cleared", "event_id": _event_id()})
         else:
-            raise EventError(f"unknown or unsupported event type {kind!r}: this server takes "
+            raise EventError(f"unknown or unsupported event type {kind[:60]!r}: this server takes "
                              "session.update, transcription_session.update and "
                              "input_audio_buffer.append/commit/clear", "unknown_event_type",
                              "type")
