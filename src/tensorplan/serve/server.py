@@ -16,6 +16,7 @@ import uvicorn
 from tensorplan.serve.app import create_app
 from tensorplan.serve.config import ServeConfig
 from tensorplan.serve.connections import header_deadline_protocol
+from tensorplan.serve.realtime import MAX_FRAME_BYTES
 
 log = logging.getLogger("tensorplan.serve")
 
@@ -38,7 +39,7 @@ def serve(config: ServeConfig, load: Callable[[], Any], *, host: str, port: int,
                                     timeout_graceful_shutdown=graceful_s,
                                     timeout_keep_alive=config.keep_alive_s,  # type: ignore
                                     http=header_deadline_protocol(config.header_timeout_s),
-                                    lifespan="on"))
+                                    lifespan="on", ws_max_size=MAX_FRAME_BYTES))
     failed: list[str] = []
 
     def on_failure(message: str) -> None:
