@@ -23,7 +23,8 @@ finished segment past 15 s), simulated at real-time pace in a child process per 
 (N threads, one model with N workers), measured the same way; RSS is the child's peak.
 
     python bench/live.py [--seconds 180] [--streams 1,2,4,8,16]
-                         [--compute-types int8,float32] [--no-anchor] [--anchor-beam 5]
+                         [--compute-types int8,float32] [--engines tensorplan,anchor]
+                         [--anchor-beam 5]
                          [--server-args "..."] [--json FILE]
     python bench/live.py --streams 1 --seconds 20 --compute-types int8   # smoke
 """
@@ -417,17 +418,16 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=180.0, help="espeak speech length")
     ap.add_argument("--streams", default="1,2,4,8,16", help="levels of concurrency")
     ap.add_argument("--compute-types", default="int8,float32")
-    ap.add_argument("--no-anchor", action="store_true", help="skip faster-whisper's run")
+    ap.add_argument("--engines", default="tensorplan,anchor",
+                    help="tensorplan (the server), anchor (LocalAgreement-2 on faster-whisper)")
     ap.add_argument("--anchor-beam", type=int, default=5,
                     help="the anchor's beam (whisper_streaming's default: 5)")
     ap.add_argument("--server-args", default="", help="more `tensorplan serve` flags")
     ap.add_argument("--json", type=Path, help="write the rows here too")
     args = ap.parse_args()
     levels = [int(x) for x in args.streams.split(",")]
-    from tensorplan.whisper.models import resolve_model
-
-    work = Path(tempfile.mkdtemp(prefix="tensorplan-live-bench-"))
-    clips = make_clips(args.seconds, work)
+    with tempfile.TemporaryDirectory(prefix="tensorplan-live-bench-") as work:
+        clips = make_clips(args.seconds, Path(work))
     runs = [(clips[0], n) for n in levels] + [(clips[1], 1)]  # jfk alone, last
     rows: list[dict[str, Any]] = []
 
@@ -437,28 +437,40 @@ def main() -> None:
               f"median {fmt(row['median_s'])} s, p95 {fmt(row['p95_s'])} s",
               file=sys.stderr, flush=True)
 
+    engines = args.engines.split(",")
     for compute_type in args.compute_types.split(","):
-        server = Server(["--compute-type", compute_type, *shlex.split(args.server_args)])
-        try:
-            for clip, n in runs:
-                results, rss = server_level(server, clip, n)
-                done(summarize("tensorplan", compute_type, results, rss))
-        finally:
-            server.stop()
-        if args.no_anchor:
-            continue
-        model_dir = str(resolve_model("tiny.en"))
-        spawn = multiprocessing.get_context("spawn")  # a fresh process: its own peak RSS
-        for clip, n in runs:
-            with ProcessPoolExecutor(1, mp_context=spawn) as child:
-                outs, rss = child.submit(anchor_level, model_dir, compute_type,
-                                         args.anchor_beam, clip.audio, n).result()
-            done(summarize("LocalAgreement-2 (faster-whisper)", compute_type,
-                           [StreamResult(clip, latencies(clip, arrivals), [], text, [])
-                            for arrivals, text in outs], rss))
+        if "tensorplan" in engines:
+            server_runs(compute_type, runs, shlex.split(args.server_args), done)
+        if "anchor" in engines:
+            anchor_runs(compute_type, runs, args.anchor_beam, done)
     print_table(rows, clips)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
+
+
+def server_runs(compute_type: str, runs: list[tuple[Clip, int]], server_args: list[str],
+                done: Any) -> None:
+    server = Server(["--compute-type", compute_type, *server_args])
+    try:
+        for clip, n in runs:
+            results, rss = server_level(server, clip, n)
+            done(summarize("tensorplan", compute_type, results, rss))
+    finally:
+        server.stop()
+
+
+def anchor_runs(compute_type: str, runs: list[tuple[Clip, int]], beam: int, done: Any) -> None:
+    from tensorplan.whisper.models import resolve_model
+
+    model_dir = str(resolve_model("tiny.en"))
+    spawn = multiprocessing.get_context("spawn")  # a fresh process: its own peak RSS
+    for clip, n in runs:
+        with ProcessPoolExecutor(1, mp_context=spawn) as child:
+            outs, rss = child.submit(anchor_level, model_dir, compute_type, beam, clip.audio,
+                                     n).result()
+        done(summarize("LocalAgreement-2 (faster-whisper)", compute_type,
+                       [StreamResult(clip, latencies(clip, arrivals), [], text, [])
+                        for arrivals, text in outs], rss))
 
 
 if __name__ == "__main__":
