@@ -27,15 +27,20 @@ ALLOWED = {
                 "errors", "files"},
     "batch": {"batch", "whisper", "errors", "files", "machine"},
     "commands": {"commands", "whisper", "batch", "alloc", "pipeline", "backends", "errors", "files",
-                 "serve", "machine"},
+                 "serve", "machine", "live"},
     "cli": {"errors", "commands"},
     "errors": set(),
     # the server knows sessions, never kernels or buffers (see WHISPER_PUBLIC below)
-    "serve": {"serve", "whisper", "errors", "machine"},
+    "serve": {"serve", "whisper", "errors", "machine", "live"},
+    # live transcription: streams over whisper's sessions, below every protocol
+    "live": {"live", "whisper", "errors", "machine"},
 }
 # the modules of tensorplan.whisper that are its public API, all the server may import
 WHISPER_PUBLIC = {"tensorplan.whisper", "tensorplan.whisper.api", "tensorplan.whisper.options",
                   "tensorplan.whisper.writers", "tensorplan.whisper.result"}
+
+# the live engine also runs the speech detector's model window by window
+LIVE_WHISPER = WHISPER_PUBLIC | {"tensorplan.whisper.vad"}
 
 # Whisper reaches buffers and kernels only through the backend protocol (backends/base.py)
 # and the package's factory; never a concrete backend's module.
@@ -100,6 +105,13 @@ def test_serve_uses_only_the_public_whisper_api() -> None:
             for name in names:
                 if name.startswith("tensorplan.whisper"):
                     assert name in WHISPER_PUBLIC, f"{f.relative_to(SRC)} imports {name}"
+
+
+def test_live_uses_only_the_public_whisper_api() -> None:
+    for f in sorted((SRC / "live").rglob("*.py")):
+        for name in _modules(f):
+            if name.startswith("tensorplan.whisper"):
+                assert name in LIVE_WHISPER, f"{f.relative_to(SRC)} imports {name}"
 
 
 def test_mypy_over_the_whole_package() -> None:

@@ -1,4 +1,4 @@
-"""Command line: `tensorplan transcribe | plan | pack | export`.
+"""Command line: `tensorplan transcribe | plan | pack | export | serve | live`.
 
 Each subcommand lives in tensorplan/commands/<name>.py with `register(subparsers)`, which
 adds its parser and sets `func(args) -> int`. A UserError prints one line and exits 2;
@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 
 from tensorplan.errors import Terminated, UserError, one_line
 
-COMMANDS = ("transcribe", "plan", "pack", "export", "serve")
+COMMANDS = ("transcribe", "plan", "pack", "export", "serve", "live")
 _BOOL_WORDS = {"true": True, "false": False}  # openai's str2bool, also in lower case
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
 
 from tensorplan.errors import AudioError, UserError
 from tensorplan.serve import streaming
@@ -28,6 +28,7 @@ from tensorplan.serve.config import ServeConfig
 from tensorplan.serve.errors import ApiError, bad_request
 from tensorplan.serve.params import RequestParser, TranscriptionRequest
 from tensorplan.serve.pool import Cancelled, Job, Scheduler, SessionPool
+from tensorplan.serve.realtime import realtime
 from tensorplan.serve.responses import render_response
 from tensorplan.serve.uploads import Form, read_form
 from tensorplan.whisper.result import Segment, TranscriptionResult
@@ -42,6 +43,7 @@ class ServerState:
         self.config = config
         self.load = load
         self.scheduler: Scheduler | None = None
+        self.live: Any = None  # the live engine of /v1/realtime, over the same sessions
         self.model: Any = None
         self.error: str | None = None
         self.parser = RequestParser(config.defaults, config.model_names)
@@ -55,6 +57,7 @@ class ServerState:
             model = self.load()
             pool = SessionPool(model, self.config.sessions)
             self.scheduler = Scheduler(pool, self.config.max_queue)
+            self.live = _live_engine(pool)
             self.model = model
             log.warning("tensorplan serve: %s ready, %d session(s) x %d thread(s), "
                         "%.0f MiB each", self.config.model, self.config.sessions,
@@ -72,9 +75,17 @@ class ServerState:
         return self.scheduler
 
     def close(self) -> None:
+        if self.live is not None:
+            self.live.shutdown()
         if self.scheduler is not None:
             self.scheduler.close()
             self.scheduler.pool.close()
+
+
+def _live_engine(pool: SessionPool) -> Any:
+    from tensorplan.live import LiveEngine
+
+    return LiveEngine(pool.session, workers=pool.size)  # updates borrow the pool's sessions
 
 
 def create_app(config: ServeConfig, load: Callable[[], Any]) -> Starlette:
@@ -95,6 +106,7 @@ def create_app(config: ServeConfig, load: Callable[[], Any]) -> Starlette:
         Route("/v1/models/{model_id:path}", _model, methods=["GET"]),
         Route("/v1/audio/transcriptions", _transcriptions, methods=["POST"]),
         Route("/v1/audio/translations", _translations, methods=["POST"]),
+        WebSocketRoute("/v1/realtime", realtime),
     ]
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={ApiError: _api_error, 404: _not_found,
@@ -147,6 +159,8 @@ async def _health(request: Request) -> Response:
                             "model": state.config.model, **_process_stats()}
     if state.scheduler is not None:
         body.update(state.scheduler.stats())
+    if state.live is not None:
+        body.update(state.live.stats())
     return JSONResponse(body)
 
 

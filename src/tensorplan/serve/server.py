@@ -15,6 +15,7 @@ import uvicorn
 
 from tensorplan.serve.app import create_app
 from tensorplan.serve.config import ServeConfig
+from tensorplan.serve.realtime import MAX_FRAME_BYTES
 
 log = logging.getLogger("tensorplan.serve")
 
@@ -35,7 +36,7 @@ def serve(config: ServeConfig, load: Callable[[], Any], *, host: str, port: int,
     app = create_app(config, load)
     server = _Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
                                     timeout_graceful_shutdown=graceful_s,
-                                    lifespan="on"))
+                                    lifespan="on", ws_max_size=MAX_FRAME_BYTES))
     failed: list[str] = []
 
     def on_failure(message: str) -> None:

@@ -1,0 +1,83 @@
+"""LocalAgreement-2: commit the words two consecutive hypotheses agree on.
+
+Each update re-transcribes the turn's uncommitted audio (with some committed audio before
+it); the words of that hypothesis which start after the committed ones are compared with
+the previous hypothesis's, and their common prefix is committed, never to change. The rest
+is the tail: shown as uncertain, replaced by the next update. At the end of a turn every
+word of the last hypothesis is committed. (Macháček et al., "Turning Whisper into Real-Time
+Transcription System", 2023; whisper_streaming's HypothesisBuffer.)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# a word of a new hypothesis that starts this long before the committed end still counts
+# as new: word times from the alignment wander by a frame or two between decodes
+START_SLACK_S = 0.1
+# the committed words a hypothesis may repeat at its start (audio kept before the commit)
+MAX_OVERLAP_WORDS = 5
+# a repeated word must start within this of the committed end to be dropped as a repeat
+OVERLAP_WINDOW_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class TimedWord:
+    start: float  # seconds of the stream
+    end: float
+    text: str  # as decoded, with its leading space
+
+
+def normalized(text: str) -> str:
+    """A word as agreement compares it: case and punctuation do not count."""
+    return re.sub(r"[^\w']", "", text.lower())
+
+
+class LocalAgreement:
+    def __init__(self) -> None:
+        self.committed: list[TimedWord] = []  # of this turn
+        self.pending: list[TimedWord] = []  # the last hypothesis after the committed words
+
+    @property
+    def committed_end(self) -> float:
+        return self.committed[-1].end if self.committed else 0.0
+
+    @property
+    def tail(self) -> str:
+        return "".join(w.text for w in self.pending)
+
+    def insert(self, hypothesis: list[TimedWord], final: bool = False) -> list[TimedWord]:
+        """Take the next hypothesis; the words it commits (all of them when `final`)."""
+        new = self._after_committed(hypothesis)
+        if final:
+            agreed = len(new)
+        else:
+            agreed = 0
+            for old, word in zip(self.pending, new, strict=False):
+                if normalized(old.text) != normalized(word.text):
+                    break
+                agreed += 1
+        commit, self.pending = new[:agreed], new[agreed:]
+        self.committed += commit
+        return commit
+
+    def force(self, before: float) -> list[TimedWord]:
+        """Commit the pending words that end by `before` (the buffer must move on)."""
+        n = next((i for i, w in enumerate(self.pending) if w.end > before), len(self.pending))
+        commit, self.pending = self.pending[:n], self.pending[n:]
+        self.committed += commit
+        return commit
+
+    def _after_committed(self, words: list[TimedWord]) -> list[TimedWord]:
+        if not self.committed:
+            return list(words)
+        end = self.committed_end
+        new = [w for w in words if w.start > end - START_SLACK_S]
+        if new and abs(new[0].start - end) < OVERLAP_WINDOW_S:
+            # the hypothesis may begin by repeating the last committed words: drop them
+            for n in range(min(MAX_OVERLAP_WORDS, len(self.committed), len(new)), 0, -1):
+                tail = [normalized(w.text) for w in self.committed[-n:]]
+                if tail == [normalized(w.text) for w in new[:n]]:
+                    return new[n:]
+        return new

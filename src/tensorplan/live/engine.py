@@ -1,0 +1,105 @@
+"""Decoding updates of many live streams on a few worker threads, round robin.
+
+A stream's state lives in its `LiveStream`; an update borrows a whisper `Session` from the
+lender only for its decode, so 32 open streams need no more sessions than workers. Streams
+wait in a ring: a worker takes the first one with work (and not being updated by another)
+and puts it at the back, so every stream with work gets its turn before any gets two.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
+
+from tensorplan.live.events import Event
+from tensorplan.live.options import LiveOptions, TurnDetection
+from tensorplan.live.stream import LiveStream
+
+log = logging.getLogger("tensorplan.live")
+
+# lends a whisper Session for one decode: the server's pool, or a command's one session
+SessionLender = Callable[[], AbstractContextManager[Any]]
+
+
+class LiveEngine:
+    def __init__(self, lend: SessionLender, workers: int = 1) -> None:
+        self._lend = lend
+        self._cond = threading.Condition()
+        self._ring: deque[LiveStream] = deque()
+        self._stopping = False
+        self.opened = 0
+        self.decodes = 0
+        self.max_span_s = 0.0
+        self.updating = 0
+        self._threads = [threading.Thread(target=self._work, name=f"tensorplan-live-{i}",
+                                          daemon=True) for i in range(workers)]
+        for t in self._threads:
+            t.start()
+
+    def open(self, options: LiveOptions, detection: TurnDetection | None,
+             emit: Callable[[list[Event]], None]) -> LiveStream:
+        stream = LiveStream(options, detection, emit, wake=self.wake)
+        with self._cond:
+            self._ring.append(stream)
+            self.opened += 1
+        return stream
+
+    def close(self, stream: LiveStream) -> None:
+        """Forget `stream` (an update in progress finishes; its events go nowhere)."""
+        with self._cond:
+            stream.closed = True
+            if stream in self._ring:
+                self._ring.remove(stream)
+
+    def wake(self) -> None:
+        with self._cond:
+            self._cond.notify()
+
+    def stats(self) -> dict[str, Any]:
+        with self._cond:
+            return {"live_streams": len(self._ring), "live_streams_opened": self.opened,
+                    "live_updating": self.updating, "live_decodes": self.decodes,
+                    "live_max_decode_s": round(self.max_span_s, 3)}
+
+    def shutdown(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        for t in self._threads:
+            t.join(timeout=60)
+
+    def _next(self) -> LiveStream | None:
+        for _ in range(len(self._ring)):
+            stream = self._ring[0]
+            self._ring.rotate(-1)
+            if not stream.busy and stream.has_work():
+                stream.busy = True
+                return stream
+        return None
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stopping and (stream := self._next()) is None:
+                    self._cond.wait(timeout=0.5)  # also a stream whose work is time-based
+                if self._stopping:
+                    return
+                self.updating += 1
+            span = 0.0
+            try:
+                with self._lend() as session:
+                    span = stream.step(session)
+            except Exception as e:  # noqa: BLE001 - the stream's turn fails, not the worker
+                stream.fail(e)
+            finally:
+                with self._cond:
+                    stream.busy = False
+                    self.updating -= 1
+                    if span:
+                        self.decodes += 1
+                        self.max_span_s = max(self.max_span_s, span)
+                    self._cond.notify()

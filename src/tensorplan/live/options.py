@@ -1,0 +1,70 @@
+"""How a live stream decodes and finds its turns (OpenAI's server VAD fields and defaults)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from tensorplan.whisper.options import TranscribeOptions
+
+SAMPLE_RATE = 16000
+# an update decodes once at least this much new audio arrived: the cadence of partial text
+MIN_STEP_S = 0.5
+# and takes at most this much new audio at once, so a stream sent faster than real time
+# is decoded at the same steps as one that is not (work per update stays flat)
+MAX_STEP_S = 3.0
+# past this much audio, the buffer is trimmed at the end of a committed segment or word
+TRIM_S = 12.0
+# the most audio one decode sees: less than a window, however long the stream runs
+MAX_WINDOW_S = 24.0
+# committed text put in the prompt of the next decode (whisper_streaming's 200)
+PROMPT_CHARS = 200
+
+
+@dataclass(frozen=True, slots=True)
+class TurnDetection:
+    """OpenAI's `server_vad`: speech starts at a Silero probability of `threshold`, and
+    ends after `silence_duration_ms` below it; `prefix_padding_ms` of audio before the
+    start belongs to the turn."""
+
+    threshold: float = field(default=0.5, metadata={
+        "help": "speech starts at a Silero VAD probability this high"})
+    prefix_padding_ms: int = field(default=300, metadata={
+        "help": "audio before the start of speech that belongs to the turn"})
+    silence_duration_ms: int = field(default=500, metadata={
+        "help": "silence that ends a turn (a line of output)"})
+
+    def __post_init__(self) -> None:
+        if not 0 < self.threshold < 1:
+            raise ValueError("threshold must be between 0 and 1 (exclusive)")
+        if not 0 <= self.prefix_padding_ms <= 5000:
+            raise ValueError("prefix_padding_ms must be between 0 and 5000")
+        if not 0 <= self.silence_duration_ms <= 10000:
+            raise ValueError("silence_duration_ms must be between 0 and 10000")
+
+
+@dataclass(frozen=True, slots=True)
+class LiveOptions:
+    """The decoding of each update (the whisper options, with the stream's language and
+    prompt) and the update policy's sizes, in seconds."""
+
+    decoding: TranscribeOptions = field(default_factory=TranscribeOptions)
+    language: str | None = None
+    prompt: str | None = None  # put before the committed text in every prompt
+    min_step_s: float = MIN_STEP_S
+    max_step_s: float = MAX_STEP_S
+    trim_s: float = TRIM_S
+    max_window_s: float = MAX_WINDOW_S
+
+    def __post_init__(self) -> None:
+        if not 0 < self.min_step_s <= self.max_step_s <= self.trim_s < self.max_window_s <= 29:
+            raise ValueError("need 0 < min_step_s <= max_step_s <= trim_s < max_window_s <= 29")
+
+    def transcribe_options(self, prompt: str | None) -> TranscribeOptions:
+        """One update's options: one window, word times, the prompt given."""
+        return dataclasses.replace(
+            self.decoding, language=self.language or self.decoding.language,
+            initial_prompt=prompt or None, carry_initial_prompt=False,
+            condition_on_previous_text=False, word_timestamps=True, vad_filter=False,
+            clip_timestamps=(), batch_size=None, hallucination_silence_threshold=None,
+            task="transcribe")

@@ -1,0 +1,81 @@
+"""Speech probabilities as audio arrives: Silero VAD run window by window with its state
+carried across appends (whisper/vad.py runs it over whole files), and the server VAD's
+turn boundaries from them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tensorplan.live.options import SAMPLE_RATE, TurnDetection
+from tensorplan.whisper.vad import CONTEXT_SAMPLES, STATE_SHAPE, WINDOW_SAMPLES, load_vad_model
+
+# inside speech, a window is silence only below threshold - this (Silero's hysteresis)
+EXIT_MARGIN = 0.15
+
+
+class SpeechProbability:
+    """One probability per 512 samples (32 ms), whatever sizes the audio arrives in."""
+
+    def __init__(self) -> None:
+        self._model = load_vad_model().session  # onnxruntime: safe to share across threads
+        self._state = np.zeros(STATE_SHAPE, np.float32)
+        self._context = np.zeros(CONTEXT_SAMPLES, np.float32)
+        self._pending = np.zeros(0, np.float32)
+        self._rate = np.array(SAMPLE_RATE, np.int64)
+
+    def feed(self, samples: np.ndarray) -> np.ndarray:
+        """The probabilities of the windows `samples` completes."""
+        audio = np.concatenate([self._pending, samples]) if len(self._pending) else samples
+        n = len(audio) // WINDOW_SAMPLES
+        probs = np.empty(n, np.float32)
+        for i in range(n):
+            window = audio[i * WINDOW_SAMPLES:(i + 1) * WINDOW_SAMPLES]
+            x = np.concatenate([self._context, window])[None, :]
+            out, self._state = self._model.run(None, {"input": x, "state": self._state,
+                                                      "sr": self._rate})
+            probs[i] = out[0, 0]
+            self._context = window[-CONTEXT_SAMPLES:]
+        self._pending = np.array(audio[n * WINDOW_SAMPLES:], np.float32)
+        return probs
+
+
+@dataclass(slots=True)
+class Boundary:
+    kind: str  # "start" or "stop"
+    sample: int  # of the stream: where the turn's audio starts, or where it ends
+
+
+class TurnDetector:
+    """Speech starts at a window at `threshold` or above; it stops once the windows have
+    stayed below the exit threshold for `silence_duration_ms`."""
+
+    def __init__(self, detection: TurnDetection) -> None:
+        self.detection = detection
+        self.in_speech = False
+        self._silent_since: int | None = None  # the first sample of the current pause
+
+    def windows(self, probs: np.ndarray, first_sample: int) -> list[Boundary]:
+        """The boundaries in these windows (`first_sample`: the first window's start)."""
+        d = self.detection
+        pad = d.prefix_padding_ms * SAMPLE_RATE // 1000
+        silence = d.silence_duration_ms * SAMPLE_RATE // 1000
+        found: list[Boundary] = []
+        for i, p in enumerate(probs):
+            start = first_sample + i * WINDOW_SAMPLES
+            end = start + WINDOW_SAMPLES
+            if not self.in_speech:
+                if p >= d.threshold:
+                    self.in_speech, self._silent_since = True, None
+                    found.append(Boundary("start", max(0, start - pad)))
+                continue
+            if p >= d.threshold:
+                self._silent_since = None
+            elif p < d.threshold - EXIT_MARGIN and self._silent_since is None:
+                self._silent_since = start
+            if self._silent_since is not None and end - self._silent_since >= silence:
+                self.in_speech, self._silent_since = False, None
+                found.append(Boundary("stop", end))
+        return found

@@ -1,0 +1,335 @@
+"""One live stream's state, and the two things done to it: audio appended (turn detection,
+on the caller's thread) and a decoding update (on an engine worker, with a borrowed
+session). A lock keeps the two apart; the decode itself runs outside it.
+
+Turns: with a `TurnDetection` (server VAD) a turn runs from speech start (less the prefix
+padding) to the end of the silence that stopped it; without one, a turn is everything
+appended since the last commit, and the client ends it (`commit`). Each turn keeps only the
+audio its next decode needs: it is trimmed at committed segment ends (docs/realtime.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from tensorplan.live.agreement import LocalAgreement, TimedWord
+from tensorplan.live.buffer import SampleBuffer
+from tensorplan.live.events import (
+    Committed,
+    Completed,
+    Delta,
+    Event,
+    Failed,
+    SpeechStarted,
+    SpeechStopped,
+    Tail,
+)
+from tensorplan.live.options import PROMPT_CHARS, SAMPLE_RATE, LiveOptions, TurnDetection
+from tensorplan.live.speech import SpeechProbability, TurnDetector
+
+log = logging.getLogger("tensorplan.live")
+
+PREROLL_S = 6.0  # audio kept while nobody speaks: the prefix padding and the detector's lag
+MIN_COMMIT_S = 0.1  # a commit needs this much audio since the last (OpenAI's 100 ms)
+FORCE_KEEP_S = 5.0  # a buffer that must move on without agreement keeps this much
+SPEECH_PROBABILITY = 0.5  # without turn detection: a window this likely is speech
+PROMPT_WORDS = 100  # committed words remembered for prompts
+
+
+class Turn:
+    def __init__(self, number: int, start: int, audio: np.ndarray) -> None:
+        self.number = number
+        self.offset = start  # stream sample of audio[0]
+        self.audio = SampleBuffer(audio)
+        self.total = len(audio)  # samples the turn ever held
+        self.decoded = 0  # samples of `audio` the last decode saw
+        self.closed = False
+        self.dropped = False
+        self.speech_windows = 0
+        self.agreement = LocalAgreement()
+        self.text = ""  # the deltas sent, joined
+        self.tail = ""
+
+    @property
+    def offset_s(self) -> float:
+        return self.offset / SAMPLE_RATE
+
+    def add(self, samples: np.ndarray) -> None:
+        self.audio.append(samples)
+        self.total += len(samples)
+
+    def end_at(self, sample: int) -> None:
+        """The turn's audio ends at stream sample `sample`."""
+        keep = max(0, sample - self.offset)
+        self.total -= len(self.audio) - min(keep, len(self.audio))
+        self.audio.truncate(keep)
+
+
+class LiveStream:
+    def __init__(self, options: LiveOptions, detection: TurnDetection | None,
+                 emit: Callable[[list[Event]], None],
+                 wake: Callable[[], None] = lambda: None) -> None:
+        self.options = options
+        self.detection = detection
+        self._emit = emit
+        self._wake = wake
+        self._lock = threading.Lock()
+        self._probability = SpeechProbability()
+        self._detector = TurnDetector(detection) if detection else None
+        self.received = 0  # samples appended, ever
+        self._windows_done = 0  # samples the detector has seen whole windows of
+        self._recent = SampleBuffer()  # the last PREROLL_S of the stream
+        self._recent_start = 0
+        self._since_commit = 0
+        self._turns: deque[Turn] = deque()  # closed ones waiting for their text, then current
+        self._current: Turn | None = None
+        self._numbers = 0
+        self._said: deque[TimedWord] = deque(maxlen=PROMPT_WORDS)  # committed, all turns
+        self.busy = False  # an engine worker is updating it (the engine's lock guards this)
+        self.closed = False
+        # counters, for /health and the tests
+        self.decodes = 0
+        self.max_span_s = 0.0  # the most audio one decode saw
+        self.decode_s = 0.0
+
+    # --- the caller's side: audio in, commits, clears
+
+    def configure(self, options: LiveOptions, detection: TurnDetection | None) -> None:
+        with self._lock:
+            self.options = options
+            if detection != self.detection:
+                self.detection = detection
+                self._detector = TurnDetector(detection) if detection else None
+                if detection is not None and self._current is not None:
+                    self._detector.in_speech = True  # the open turn continues until silence
+
+    def append(self, samples: np.ndarray) -> None:
+        """16 kHz mono float32 samples."""
+        samples = np.asarray(samples, np.float32)
+        events: list[Event] = []
+        with self._lock:
+            start = self.received
+            self.received += len(samples)
+            self._since_commit += len(samples)
+            self._recent.append(samples)
+            probs = self._probability.feed(samples)
+            first_window = self._windows_done
+            self._windows_done += len(probs) * 512
+            if self._detector is None:
+                if self._current is None:
+                    self._open(start, samples)
+                else:
+                    self._current.add(samples)
+                self._current.speech_windows += int(np.sum(probs >= SPEECH_PROBABILITY))
+            else:
+                if self._current is not None:
+                    self._current.add(samples)
+                for b in self._detector.windows(probs, first_window):
+                    if b.kind == "start":
+                        turn = self._open(b.sample, self._recent_since(b.sample))
+                        events.append(SpeechStarted(turn.number, b.sample * 1000 // SAMPLE_RATE))
+                    elif self._current is not None:
+                        turn = self._current
+                        turn.end_at(b.sample)
+                        events += [SpeechStopped(turn.number, b.sample * 1000 // SAMPLE_RATE),
+                                   *self._close()]
+                if self._current is not None:
+                    self._current.speech_windows += int(np.sum(probs >= self.detection.threshold))  # type: ignore[union-attr]
+            self._keep_recent()
+            if events:
+                self._emit(events)
+        self._wake()
+
+    def commit(self) -> bool:
+        """End the current turn now (the client's commit); False: nothing to commit."""
+        with self._lock:
+            if self._since_commit < MIN_COMMIT_S * SAMPLE_RATE and self._current is None:
+                return False
+            if self._current is None:  # audio without speech: a turn that will say nothing
+                self._open(self.received, np.zeros(0, np.float32))
+            if self._detector is not None:
+                self._detector.in_speech = False
+            self._emit(self._close())
+        self._wake()
+        return True
+
+    def clear(self) -> None:
+        """Forget the audio of the open turn (closed turns still get their text)."""
+        with self._lock:
+            if self._current is not None:
+                self._current.dropped = True
+                self._turns.remove(self._current)
+                self._current = None
+            if self._detector is not None:
+                self._detector.in_speech = False
+            self._since_commit = 0
+
+    @property
+    def current_turn(self) -> int | None:
+        with self._lock:
+            return self._current.number if self._current else None
+
+    def backlog_s(self) -> float:
+        """Audio appended but not yet decoded."""
+        with self._lock:
+            return sum(len(t.audio) - t.decoded for t in self._turns) / SAMPLE_RATE
+
+    def idle(self) -> bool:
+        """Nothing waits for a decode: every closed turn has its text."""
+        with self._lock:
+            return not any(t.closed for t in self._turns)
+
+    def _open(self, start: int, audio: np.ndarray) -> Turn:
+        self._numbers += 1
+        turn = Turn(self._numbers, start, audio)
+        self._current = turn
+        self._turns.append(turn)
+        return turn
+
+    def _close(self) -> list[Event]:
+        assert self._current is not None
+        turn, self._current = self._current, None
+        turn.closed = True
+        self._since_commit = 0
+        return [Committed(turn.number)]
+
+    def _recent_since(self, sample: int) -> np.ndarray:
+        return self._recent.view(max(0, sample - self._recent_start)).copy()
+
+    def _keep_recent(self) -> None:
+        extra = len(self._recent) - int(PREROLL_S * SAMPLE_RATE)
+        if extra > SAMPLE_RATE:  # drop in whole seconds, not on every append
+            self._recent.drop_front(extra)
+            self._recent_start += extra
+
+    # --- the engine's side: one decoding update
+
+    def has_work(self) -> bool:
+        with self._lock:
+            if not self._turns:
+                return False
+            turn = self._turns[0]
+            new = len(turn.audio) - turn.decoded
+            return turn.closed or new >= self.options.min_step_s * SAMPLE_RATE
+
+    def step(self, session: Any) -> float:
+        """Decode the first turn's audio once; the seconds of audio the decode saw."""
+        with self._lock:
+            if not self._turns:
+                return 0.0
+            turn = self._turns[0]
+            if turn.closed and turn.speech_windows == 0:  # no speech: no decode, no text
+                self._turns.popleft()
+                self._emit(self._finish(turn))
+                return 0.0
+            n = len(turn.audio)
+            if turn.speech_windows == 0:  # nobody spoke yet: no decode, keep a second
+                turn.decoded = n
+                self._cut(turn, turn.offset_s + (n / SAMPLE_RATE) - 1.0)
+                return 0.0
+            target = min(n, turn.decoded + int(self.options.max_step_s * SAMPLE_RATE))
+            final = turn.closed and target == n
+            window = turn.audio.view(0, target).copy()
+            offset_s = turn.offset_s
+            options = self.options.transcribe_options(self._prompt(offset_s))
+        t0 = time.perf_counter()
+        result = session.transcribe(window, options)
+        elapsed = time.perf_counter() - t0
+        words = [TimedWord(offset_s + w.start, offset_s + w.end, w.word)
+                 for s in result.segments for w in (s.words or ())]
+        segment_ends = [offset_s + s.end for s in result.segments]
+        span = len(window) / SAMPLE_RATE
+        with self._lock:
+            self.decodes += 1
+            self.decode_s += elapsed
+            self.max_span_s = max(self.max_span_s, span)
+            if turn.dropped:
+                return span
+            turn.decoded = target
+            events = self._delta(turn, turn.agreement.insert(words, final))
+            if final:
+                self._turns.popleft()
+                events += self._finish(turn)
+            else:
+                events += self._trim(turn, segment_ends, offset_s + span)
+                events += self._tail(turn)
+            self._emit(events)
+        return span
+
+    def fail(self, error: BaseException) -> None:
+        """A decode raised: the turn it was for fails, the stream goes on."""
+        log.exception("live decode failed", exc_info=error)
+        with self._lock:
+            if self._turns:
+                turn = self._turns.popleft()
+                if turn is self._current:
+                    self._current = None
+                self._emit([Failed(turn.number, f"{type(error).__name__}: {error}")])
+
+    def _prompt(self, before_s: float) -> str:
+        """The committed text of the audio before the buffer (the buffer's own committed
+        words are decoded again), after the client's prompt."""
+        said = "".join(w.text for w in self._said if w.end <= before_s + 0.01)
+        said = said[-PROMPT_CHARS:]
+        return " ".join(p for p in (self.options.prompt, said.strip()) if p)
+
+    def _delta(self, turn: Turn, words: list[TimedWord]) -> list[Event]:
+        if not words:
+            return []
+        self._said.extend(words)
+        text = "".join(w.text for w in words)
+        if not turn.text:
+            text = text.lstrip()
+        if not text:
+            return []
+        turn.text += text
+        return [Delta(turn.number, text, tuple(words))]
+
+    def _tail(self, turn: Turn) -> list[Event]:
+        tail = turn.agreement.tail
+        if not turn.text:
+            tail = tail.lstrip()
+        if tail == turn.tail:
+            return []
+        turn.tail = tail
+        return [Tail(turn.number, tail)]
+
+    def _finish(self, turn: Turn) -> list[Event]:
+        events: list[Event] = [Tail(turn.number, "")] if turn.tail else []
+        turn.tail = ""
+        return [*events, Completed(turn.number, turn.text, turn.total / SAMPLE_RATE,
+                                   tuple(turn.agreement.committed))]
+
+    def _trim(self, turn: Turn, segment_ends: list[float], end_s: float) -> list[Event]:
+        """Drop the front of the turn's audio that the next decode no longer needs, so no
+        decode sees more than max_window_s (docs/realtime.md)."""
+        opts = self.options
+        events: list[Event] = []
+        held_s = turn.decoded / SAMPLE_RATE
+        committed_end = turn.agreement.committed_end
+        cut: float | None = None
+        if held_s > opts.trim_s and committed_end > turn.offset_s:
+            ends = [e for e in segment_ends if e <= committed_end + 0.01]
+            cut = max(ends) if ends else None
+        kept_s = end_s - (turn.offset_s if cut is None else cut)
+        if kept_s + opts.max_step_s > opts.max_window_s:  # no whole segment was committed
+            events += self._delta(turn, turn.agreement.force(end_s - FORCE_KEEP_S))
+            committed_end = turn.agreement.committed_end
+            cut = committed_end if committed_end > turn.offset_s else end_s - FORCE_KEEP_S
+        if cut is not None:
+            self._cut(turn, cut)
+        return events
+
+    @staticmethod
+    def _cut(turn: Turn, at_s: float) -> None:
+        n = min(turn.decoded, max(0, round((at_s - turn.offset_s) * SAMPLE_RATE)))
+        turn.audio.drop_front(n)
+        turn.offset += n
+        turn.decoded -= n

@@ -1,0 +1,287 @@
+"""`GET /v1/realtime`: OpenAI's Realtime transcription events over a WebSocket.
+
+A connection holds a live stream (tensorplan.live): appended audio is decoded to 16 kHz and
+fed to it on a worker thread; the stream's events come back from the live engine's threads
+and leave through a bounded send queue, so a client that stops reading fills only its own
+queue and is dropped (close 1008), never stalling the others. docs/realtime.md has the
+protocol subset, the extension event `tensorplan.transcription.tail` and the limits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hmac
+import json
+import logging
+import secrets
+from typing import Any
+
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from tensorplan.live import (
+    Committed,
+    Completed,
+    Delta,
+    Event,
+    Failed,
+    LiveOptions,
+    LiveStream,
+    SpeechStarted,
+    SpeechStopped,
+    Tail,
+)
+from tensorplan.live.pcm import PcmDecoder
+from tensorplan.serve.realtime_session import RealtimeSession, SessionError
+
+log = logging.getLogger("tensorplan.serve")
+
+MAX_FRAME_BYTES = 4 << 20  # a bigger frame closes the connection (1009): uvicorn's ws_max_size
+MAX_APPEND_BYTES = 2 << 20  # of base64 in one append (≈ 32 s of 24 kHz PCM16); more: an error
+MAX_SEND_QUEUE = 1024  # events waiting for a client that does not read; more: dropped
+MAX_BACKLOG_S = 60.0  # audio not yet decoded; past it, reading the socket waits (TCP pushes back)
+KEY_PROTOCOL = "openai-insecure-api-key."  # a browser's way to send the key
+BETA_PROTOCOL = "openai-beta.realtime-v1"
+POLICY_VIOLATION = 1008  # close code: no key, a wrong key, or a client that does not read
+TRY_AGAIN_LATER = 1013  # close code: the model is still loading
+TAIL_EVENT = "tensorplan.transcription.tail"
+
+
+def _event_id() -> str:
+    return "event_" + secrets.token_hex(8)
+
+
+async def realtime(websocket: WebSocket) -> None:
+    state = websocket.app.state.server
+    offered = list(websocket.scope.get("subprotocols") or [])
+    chosen = "realtime" if "realtime" in offered else None
+    await websocket.accept(subprotocol=chosen)
+    config = state.config
+    if config.api_key is not None and not _authorized(websocket, offered, config.api_key):
+        await _refuse(websocket, POLICY_VIOLATION, "invalid_api_key",
+                      "missing or incorrect API key: send 'Authorization: Bearer KEY' or the "
+                      f"subprotocol '{KEY_PROTOCOL}KEY'")
+        return
+    intent = websocket.query_params.get("intent", "transcription")
+    if intent != "transcription":
+        await _refuse(websocket, POLICY_VIOLATION, "unsupported_intent",
+                      f"intent {intent!r} is not served here: only intent=transcription")
+        return
+    if state.live is None:
+        await _refuse(websocket, TRY_AGAIN_LATER, "not_ready",
+                      "the model is still loading; connect again shortly"
+                      if state.error is None else f"the model failed to load: {state.error}")
+        return
+    beta = BETA_PROTOCOL in offered or "realtime=v1" in websocket.headers.get("openai-beta", "")
+    session = RealtimeSession(id="sess_" + secrets.token_hex(8),
+                              shape="beta" if beta else "current", model=config.model)
+    await Connection(websocket, state, session).run()
+
+
+def _authorized(websocket: WebSocket, offered: list[str], key: str) -> bool:
+    scheme, _, token = websocket.headers.get("authorization", "").partition(" ")
+    tokens = [token.strip()] if scheme.lower() == "bearer" else []
+    tokens += [p[len(KEY_PROTOCOL):] for p in offered if p.startswith(KEY_PROTOCOL)]
+    return any(hmac.compare_digest(t.encode(), key.encode()) for t in tokens)
+
+
+async def _refuse(websocket: WebSocket, code: int, error_code: str, message: str) -> None:
+    await websocket.send_text(json.dumps(_error(message, code=error_code)))
+    await websocket.close(code, reason=error_code)
+
+
+def _error(message: str, *, code: str, param: str | None = None,
+           event_id: str | None = None, kind: str = "invalid_request_error") -> dict[str, Any]:
+    return {"type": "error", "event_id": _event_id(),
+            "error": {"type": kind, "code": code, "message": message, "param": param,
+                      "event_id": event_id}}
+
+
+class EventError(Exception):
+    def __init__(self, message: str, code: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.code, self.param = code, param
+
+
+class Connection:
+    def __init__(self, websocket: WebSocket, state: Any, session: RealtimeSession) -> None:
+        self.websocket = websocket
+        self.state = state
+        self.session = session
+        self.loop = asyncio.get_running_loop()
+        self.outbox: asyncio.Queue[str | None] = asyncio.Queue(MAX_SEND_QUEUE)
+        self.dropped = False
+        self.token = secrets.token_hex(5)
+        self.last_item: str | None = None
+        self.decoder = PcmDecoder(session.encoding, session.rate)
+        self.stream: LiveStream = state.live.open(self._options(), session.turn_detection,
+                                                  self._from_engine)
+
+    def _options(self) -> LiveOptions:
+        return LiveOptions(decoding=self.state.config.defaults,
+                           language=self.session.language, prompt=self.session.prompt)
+
+    async def run(self) -> None:
+        sender = asyncio.create_task(self._send_loop())
+        try:
+            self.send({"type": self.session.created_event(), "event_id": _event_id(),
+                       "session": self.session.render()})
+            while not self.dropped:
+                message = await self.websocket.receive()
+                if message["type"] == "websocket.disconnect":
+                    break
+                await self._handle(message)
+        except (WebSocketDisconnect, RuntimeError):  # gone mid-send or mid-receive
+            pass
+        finally:
+            self.state.live.close(self.stream)
+            sender.cancel()
+            if self.dropped:
+                await self._close(POLICY_VIOLATION, "send_queue_full")
+
+    # --- sending
+
+    def send(self, event: dict[str, Any]) -> None:
+        """Queue one event, after the stream's events already on their way to the loop
+        (a commit's `committed` before the `cleared` of a clear right after it)."""
+        self.loop.call_soon(self._enqueue, event)
+
+    def _enqueue(self, event: dict[str, Any]) -> None:
+        """On the event loop: into the send queue; a full queue drops the connection."""
+        if self.dropped:
+            return
+        try:
+            self.outbox.put_nowait(json.dumps(event))
+        except asyncio.QueueFull:
+            log.warning("realtime: a client stopped reading (%d events queued): dropped",
+                        MAX_SEND_QUEUE)
+            self.dropped = True
+            self.outbox = asyncio.Queue(1)  # free the queued events now
+
+    async def _send_loop(self) -> None:
+        while True:
+            text = await self.outbox.get()
+            if text is None or self.dropped:
+                return
+            try:
+                await self.websocket.send_text(text)
+            except Exception:  # noqa: BLE001 - the client is gone: the receiver sees it
+                return
+
+    async def _close(self, code: int, reason: str) -> None:
+        try:
+            await asyncio.wait_for(self.websocket.close(code, reason=reason), 2)
+        except (Exception, asyncio.TimeoutError):  # noqa: BLE001 - already gone or stuck
+            pass
+
+    def _from_engine(self, events: list[Event]) -> None:
+        """The stream's events, from whichever thread made them, in order, to the loop."""
+        self.loop.call_soon_threadsafe(self._deliver, events)
+
+    def _deliver(self, events: list[Event]) -> None:
+        if self.stream.closed:
+            return
+        for event in events:
+            self._enqueue(self._render(event))
+
+    def _item(self, turn: int) -> str:
+        return f"item_{self.token}{turn:04d}"
+
+    def _render(self, e: Event) -> dict[str, Any]:
+        base: dict[str, Any] = {"event_id": _event_id(), "item_id": self._item(e.turn)}
+        if isinstance(e, SpeechStarted):
+            return {"type": "input_audio_buffer.speech_started", **base,
+                    "audio_start_ms": e.audio_start_ms}
+        if isinstance(e, SpeechStopped):
+            return {"type": "input_audio_buffer.speech_stopped", **base,
+                    "audio_end_ms": e.audio_end_ms}
+        if isinstance(e, Committed):
+            previous, self.last_item = self.last_item, base["item_id"]
+            return {"type": "input_audio_buffer.committed", **base,
+                    "previous_item_id": previous}
+        prefix = "conversation.item.input_audio_transcription"
+        if isinstance(e, Delta):
+            return {"type": f"{prefix}.delta", **base, "content_index": 0, "delta": e.text}
+        if isinstance(e, Tail):
+            return {"type": TAIL_EVENT, **base, "content_index": 0, "text": e.text}
+        if isinstance(e, Completed):
+            return {"type": f"{prefix}.completed", **base, "content_index": 0,
+                    "transcript": e.transcript,
+                    "usage": {"type": "duration", "seconds": round(e.audio_s, 3)}}
+        assert isinstance(e, Failed)
+        return {"type": f"{prefix}.failed", **base, "content_index": 0,
+                "error": {"type": "server_error", "code": "transcription_failed",
+                          "message": e.message, "param": None}}
+
+    # --- receiving
+
+    async def _handle(self, message: dict[str, Any]) -> None:
+        client_id = None
+        try:
+            if message.get("text") is None:
+                raise EventError("binary frames are not events: send JSON text frames",
+                                 "invalid_event")
+            try:
+                event = json.loads(message["text"])
+            except (json.JSONDecodeError, RecursionError):
+                raise EventError("the frame is not valid JSON", "invalid_json") from None
+            if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+                raise EventError("an event must be a JSON object with a string 'type'",
+                                 "invalid_event", "type")
+            client_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
+            await self._dispatch(event)
+        except EventError as e:
+            self.send(_error(str(e), code=e.code, param=e.param, event_id=client_id))
+
+    async def _dispatch(self, event: dict[str, Any]) -> None:
+        kind = event["type"]
+        if kind in ("session.update", "transcription_session.update"):
+            self._update(event)
+        elif kind == "input_audio_buffer.append":
+            await self._append(event)
+        elif kind == "input_audio_buffer.commit":
+            if not self.stream.commit():
+                raise EventError("the input audio buffer is empty: append at least 100 ms "
+                                 "of audio before committing", "input_audio_buffer_commit_empty")
+        elif kind == "input_audio_buffer.clear":
+            self.stream.clear()
+            self.send({"type": "input_audio_buffer.cleared", "event_id": _event_id()})
+        else:
+            raise EventError(f"unknown or unsupported event type {kind!r}: this server takes "
+                             "session.update, transcription_session.update and "
+                             "input_audio_buffer.append/commit/clear", "unknown_event_type",
+                             "type")
+
+    def _update(self, event: dict[str, Any]) -> None:
+        try:
+            new = self.session.updated(event, self.state.config.model_names,
+                                       self.state.model.is_multilingual)
+        except SessionError as e:
+            raise EventError(str(e), "invalid_session", e.param) from None
+        if (new.encoding, new.rate) != (self.session.encoding, self.session.rate):
+            self.decoder = PcmDecoder(new.encoding, new.rate)
+        self.session = new
+        self.stream.configure(self._options(), new.turn_detection)
+        self.send({"type": new.updated_event(), "event_id": _event_id(),
+                   "session": new.render()})
+
+    async def _append(self, event: dict[str, Any]) -> None:
+        audio = event.get("audio")
+        if not isinstance(audio, str):
+            raise EventError("'audio' must be a base64 string", "invalid_audio", "audio")
+        if len(audio) > MAX_APPEND_BYTES:
+            raise EventError(f"one append carries at most {MAX_APPEND_BYTES} bytes of base64 "
+                             f"(got {len(audio)}): send smaller pieces",
+                             "audio_too_large", "audio")
+        try:
+            data = base64.b64decode(audio, validate=True)
+        except (binascii.Error, ValueError):
+            raise EventError("'audio' is not valid base64", "invalid_base64", "audio") from None
+        if self.session.encoding == "s16le" and len(data) % 2:
+            raise EventError(f"PCM16 audio comes in whole 2-byte samples; got {len(data)} "
+                             "bytes (is the format right?)", "invalid_audio_format", "audio")
+        samples = self.decoder.decode(data)
+        while self.stream.backlog_s() > MAX_BACKLOG_S and not self.dropped:
+            await asyncio.sleep(0.05)  # the engine is behind: stop reading for a while
+        await asyncio.to_thread(self.stream.append, samples)

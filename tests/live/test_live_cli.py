@@ -1,0 +1,74 @@
+"""`tensorplan live` as a real process: a file, raw PCM through a pipe, the writers."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+JFK = ROOT / "samples" / "jfk.wav"
+GOLDEN = ("And so my fellow Americans ask not what your country can do for you ask what you "
+          "can do for your country")
+
+
+def normalize(text: str) -> str:
+    return " ".join(re.sub(r"[^\w' ]", " ", text.lower()).split())
+
+
+def live(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    return subprocess.run([sys.executable, "-m", "tensorplan", "live", *args], input=stdin,
+                          capture_output=True, env=env, timeout=600)
+
+
+def test_a_file_prints_the_text_and_writes_the_outputs(tmp_path: Path) -> None:
+    proc = live(str(JFK), "--beam-size", "none", "-o", str(tmp_path), "-f", "srt,json")
+    assert proc.returncode == 0, proc.stderr.decode()
+    lines = proc.stdout.decode().splitlines()
+    assert len(lines) >= 2  # piped: one committed line per turn (OpenAI's 500 ms pauses)
+    assert "\033[" not in proc.stdout.decode()  # no tail rewriting into a pipe
+    assert normalize(" ".join(lines)) == normalize(GOLDEN)
+    result = json.loads((tmp_path / "jfk.json").read_text())
+    assert normalize(result["text"]) == normalize(GOLDEN)
+    ends = [s["end"] for s in result["segments"]]
+    assert ends == sorted(ends) and 9.0 < ends[-1] < 11.5  # stream times
+    assert "-->" in (tmp_path / "jfk.srt").read_text()
+
+
+def test_raw_pcm_from_a_pipe() -> None:
+    pcm = subprocess.run(["ffmpeg", "-v", "error", "-i", str(JFK), "-f", "s16le", "-ac", "2",
+                          "-ar", "24000", "-"], capture_output=True, check=True).stdout
+    proc = live("-", "--rate", "24000", "--channels", "2", "--beam-size", "none",
+                "--silence-duration-ms", "1200", stdin=pcm)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert normalize(proc.stdout.decode()) == normalize(GOLDEN)
+
+
+@pytest.mark.parametrize("args, message", [
+    ((), "no source"),
+    (("no-such-file.wav",), "no-such-file.wav: no such file"),
+    (("-", "--rate", "5"), "--rate"),
+    (("--mic", "x.wav"), "not both"),
+])
+def test_bad_sources_are_one_line(args: tuple[str, ...], message: str) -> None:
+    proc = live(*args)
+    assert proc.returncode == 2
+    err = proc.stderr.decode().strip()
+    assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_the_microphone_without_sounddevice_says_so() -> None:
+    try:
+        import sounddevice  # noqa: F401
+        pytest.skip("sounddevice is installed (and a microphone may not be)")
+    except (ImportError, OSError):
+        pass
+    proc = live("--mic")
+    assert proc.returncode == 2
+    assert "sounddevice" in proc.stderr.decode() and "Traceback" not in proc.stderr.decode()

@@ -1,0 +1,287 @@
+"""GET /v1/realtime through the official openai client and raw WebSocket frames, against
+the real server process of conftest.py (tiny.en, greedy, an API key, two sessions)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+from realtime_helpers import (
+    GOLDEN,
+    PREFIX,
+    TAIL,
+    Feeder,
+    appends,
+    check_deltas_join,
+    collect,
+    current_update,
+    jfk_pcm24,
+    normalize,
+    of,
+    pcm24,
+    transcripts,
+)
+from serve_helpers import KEY, ServerProcess
+
+websockets_sync = pytest.importorskip("websockets.sync.client")
+
+
+def ws_url(server: ServerProcess) -> str:
+    return server.url.replace("http://", "ws://") + "/v1/realtime?intent=transcription"
+
+
+def connect(server: ServerProcess, **kwargs: Any) -> Any:
+    headers = kwargs.pop("headers", {"Authorization": f"Bearer {KEY}"})
+    return websockets_sync.connect(ws_url(server), additional_headers=headers,
+                                   max_size=None, **kwargs)
+
+
+def realtime(client: Any) -> Any:
+    return client.realtime.connect(extra_query={"intent": "transcription"}, max_retries=0)
+
+
+def wait_streams_closed(server: ServerProcess, timeout: float = 30.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        h = server.health()
+        if h["live_streams"] == 0 or time.monotonic() > deadline:
+            return h
+        time.sleep(0.1)
+
+
+def test_jfk_in_real_time_one_turn_through_the_openai_client(client: Any) -> None:
+    """jfk's two pauses stay inside one turn at 1200 ms: words arrive while it speaks."""
+    parsed: list[Any] = []
+    with realtime(client) as conn:
+        conn.send(current_update({"type": "server_vad", "silence_duration_ms": 1200}))
+        feeder = Feeder(conn.send, appends(jfk_pcm24()), speed=1.0)
+        feeder.start()
+        events = collect(conn.recv_bytes, on_event=lambda raw, e: parsed.append(
+            conn.parse_event(raw)))  # the client must take every event, the tail included
+    assert feeder.error is None
+    types = [e["type"] for e in events]
+    assert types[:2] == ["session.created", "session.updated"]
+    assert len(of(events, "input_audio_buffer.speech_started")) == 1
+    stopped = types.index("input_audio_buffer.speech_stopped")
+    assert f"{PREFIX}.delta" in types[:stopped], "no committed words while it spoke"
+    assert TAIL in types
+    (transcript,) = transcripts(events)
+    assert normalize(transcript) == normalize(GOLDEN)
+    check_deltas_join(events)
+    tails = of(events, TAIL)
+    assert all(set(t) >= {"event_id", "item_id", "content_index", "text"} for t in tails)
+    assert [p.type for p in parsed] == types
+    started = of(events, "input_audio_buffer.speech_started")[0]
+    assert 0 <= started["audio_start_ms"] < 1000
+    assert of(events, "input_audio_buffer.committed")[0]["item_id"] == started["item_id"]
+
+
+def test_default_silence_makes_turns_that_join_to_the_text(client: Any) -> None:
+    """OpenAI's 500 ms splits jfk at its pauses; sent 4x faster than real time."""
+    with realtime(client) as conn:
+        conn.send(current_update())
+        feeder = Feeder(conn.send, appends(jfk_pcm24()), speed=4.0)
+        feeder.start()
+        events = collect(conn.recv_bytes)
+    texts = transcripts(events)
+    assert len(texts) >= 2, texts
+    assert normalize(" ".join(texts)) == normalize(GOLDEN)
+    check_deltas_join(events)
+    items = [e["item_id"] for e in of(events, "input_audio_buffer.committed")]
+    previous = [e["previous_item_id"] for e in of(events, "input_audio_buffer.committed")]
+    assert previous == [None, *items[:-1]]
+
+
+def test_the_beta_transcription_session_shape(server: ServerProcess) -> None:
+    with connect(server, headers={"Authorization": f"Bearer {KEY}",
+                                  "OpenAI-Beta": "realtime=v1"}) as ws:
+        ws.send(json.dumps({"type": "transcription_session.update", "session": {
+            "input_audio_format": "pcm16",
+            "input_audio_transcription": {"model": "whisper-1", "language": "en"},
+            "turn_detection": {"type": "server_vad", "silence_duration_ms": 1200}}}))
+        feeder = Feeder(lambda e: ws.send(json.dumps(e)), appends(jfk_pcm24()), speed=0)
+        feeder.start()
+        events = collect(ws.recv)
+    assert events[0]["type"] == "transcription_session.created"
+    updated = of(events, "transcription_session.updated")[0]["session"]
+    assert updated["input_audio_format"] == "pcm16"
+    assert updated["turn_detection"]["silence_duration_ms"] == 1200
+    assert normalize(" ".join(transcripts(events))) == normalize(GOLDEN)
+    check_deltas_join(events)
+
+
+def test_without_turn_detection_the_client_commits(client: Any) -> None:
+    with realtime(client) as conn:
+        conn.send(current_update(None))
+        feeder = Feeder(conn.send, appends(jfk_pcm24(0.3)), speed=0,
+                        closing=({"type": "input_audio_buffer.commit"},))
+        feeder.start()
+        events = collect(conn.recv_bytes)
+    types = [e["type"] for e in events]
+    assert "input_audio_buffer.speech_started" not in types
+    assert of(events, "session.updated")[0]["session"]["audio"]["input"]["turn_detection"] \
+        is None
+    assert types.count("input_audio_buffer.committed") == 1
+    (transcript,) = transcripts(events)
+    assert normalize(transcript) == normalize(GOLDEN)
+    check_deltas_join(events)
+
+
+def test_16khz_pcm_is_an_extension(client: Any) -> None:
+    from realtime_helpers import samples16k
+    from serve_helpers import JFK
+
+    pcm16k = (np.clip(samples16k(JFK), -1, 1) * 32767).astype("<i2").tobytes()
+    with realtime(client) as conn:
+        conn.send(current_update(None, rate=16000))
+        feeder = Feeder(conn.send, appends(pcm16k, rate=16000), speed=0,
+                        closing=({"type": "input_audio_buffer.commit"},))
+        feeder.start()
+        events = collect(conn.recv_bytes)
+    assert normalize(" ".join(transcripts(events))) == normalize(GOLDEN)
+
+
+def test_g711_mulaw(client: Any) -> None:
+    import soxr
+    from realtime_helpers import samples16k
+    from serve_helpers import JFK
+
+    from tensorplan.live.pcm import _TABLES
+
+    # encode as the nearest μ-law code (the decoder's table, sorted)
+    table = _TABLES["mulaw"]
+    order = np.argsort(table)
+    x = np.clip(soxr.resample(samples16k(JFK), 16000, 8000), -1, 1)
+    i = np.clip(np.searchsorted(table[order], x), 1, 255)
+    nearer = np.where(np.abs(table[order][i - 1] - x) < np.abs(table[order][i] - x), i - 1, i)
+    ulaw = order[nearer].astype(np.uint8).tobytes()
+    pieces = [{"type": "input_audio_buffer.append",
+               "audio": base64.b64encode(ulaw[i:i + 800]).decode()}
+              for i in range(0, len(ulaw), 800)]
+    with realtime(client) as conn:
+        conn.send({"type": "session.update", "session": {"type": "transcription", "audio": {
+            "input": {"format": {"type": "audio/pcmu"}, "turn_detection": None}}}})
+        feeder = Feeder(conn.send, pieces, speed=0,
+                        closing=({"type": "input_audio_buffer.commit"},))
+        feeder.start()
+        events = collect(conn.recv_bytes)
+    (transcript,) = transcripts(events)
+    words = set(normalize(transcript).split())
+    assert len(words & set(normalize(GOLDEN).split())) >= 12, transcript  # telephone quality
+
+
+@pytest.mark.parametrize("noise", ["silence", "noise"])
+def test_silence_and_noise_say_nothing(client: Any, noise: str) -> None:
+    rng = np.random.default_rng(0)
+    audio = np.zeros(16000 * 6, np.float32) if noise == "silence" else \
+        (rng.standard_normal(16000 * 6) * 0.05).astype(np.float32)
+    with realtime(client) as conn:
+        conn.send(current_update())
+        Feeder(conn.send, appends(pcm24(audio)), speed=0).start()
+        events = collect(conn.recv_bytes)
+        assert not of(events, "input_audio_buffer.speech_started")
+        conn.send(current_update(None))  # the client commits: still nothing said
+        Feeder(conn.send, appends(pcm24(audio)), speed=0,
+               closing=({"type": "input_audio_buffer.commit"},)).start()
+        events = collect(conn.recv_bytes)
+    assert transcripts(events) == [""]
+    assert not of(events, f"{PREFIX}.delta")
+
+
+# --- bad events, limits and keys
+
+
+def _exchange(ws: Any, frame: str | bytes) -> dict[str, Any]:
+    ws.send(frame)
+    return json.loads(ws.recv(timeout=30))  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("frame, code, param", [
+    ('{"type": "response.create"}', "unknown_event_type", "type"),
+    ('{"type": ', "invalid_json", None),
+    ('[1, 2]', "invalid_event", "type"),
+    (b"\x00\x01", "invalid_event", None),
+    ('{"type": "input_audio_buffer.append", "audio": "not base64!"}', "invalid_base64",
+     "audio"),
+    ('{"type": "input_audio_buffer.append", "audio": "AAAA"}', "invalid_audio_format", "audio"),
+    ('{"type": "input_audio_buffer.append", "audio": 5}', "invalid_audio", "audio"),
+    ('{"type": "input_audio_buffer.commit", "event_id": "c1"}',
+     "input_audio_buffer_commit_empty", None),
+    ('{"type": "session.update", "session": {"type": "transcription", "audio": {"input": '
+     '{"format": {"type": "audio/pcm", "rate": 44100}}}}}', "invalid_session",
+     "session.audio.input.format.rate"),
+    ('{"type": "session.update", "session": {"type": "transcription", "audio": {"input": '
+     '{"format": {"type": "audio/flac"}}}}}', "invalid_session", "session.audio.input.format"),
+    ('{"type": "session.update", "session": {"type": "realtime"}}', "invalid_session",
+     "session.type"),
+    ('{"type": "session.update", "session": {"type": "transcription", "audio": {"input": '
+     '{"turn_detection": {"type": "semantic_vad"}}}}}', "invalid_session",
+     "session.audio.input.turn_detection.type"),
+    ('{"type": "session.update", "session": {"type": "transcription", "audio": {"input": '
+     '{"transcription": {"model": "no-such-model"}}}}}', "invalid_session",
+     "session.audio.input.transcription.model"),
+])
+def test_bad_events_get_error_events_and_the_connection_stays_usable(
+        server: ServerProcess, frame: str | bytes, code: str, param: str | None) -> None:
+    with connect(server) as ws:
+        assert json.loads(ws.recv(timeout=30))["type"] == "session.created"
+        reply = _exchange(ws, frame)
+        assert reply["type"] == "error", reply
+        assert reply["error"]["code"] == code
+        assert reply["error"]["param"] == param
+        assert reply["error"]["type"] == "invalid_request_error"
+        assert reply["error"]["message"]
+        if code == "input_audio_buffer_commit_empty":
+            assert reply["error"]["event_id"] == "c1"
+        ok = _exchange(ws, json.dumps(current_update(None)))
+        assert ok["type"] == "session.updated"
+
+
+def test_an_append_over_the_limit_is_refused(server: ServerProcess) -> None:
+    from tensorplan.serve.realtime import MAX_APPEND_BYTES
+
+    too_big = base64.b64encode(bytes(MAX_APPEND_BYTES)).decode()
+    with connect(server) as ws:
+        ws.recv(timeout=30)
+        reply = _exchange(ws, json.dumps({"type": "input_audio_buffer.append", "audio": too_big}))
+        assert reply["error"]["code"] == "audio_too_large"
+        assert _exchange(ws, json.dumps({"type": "input_audio_buffer.clear"}))["type"] == \
+            "input_audio_buffer.cleared"
+
+
+@pytest.mark.parametrize("how", ["none", "wrong header", "wrong subprotocol"])
+def test_a_missing_or_wrong_key_closes_with_1008(server: ServerProcess, how: str) -> None:
+    from websockets.exceptions import ConnectionClosed
+
+    headers = {"Authorization": "Bearer nope"} if how == "wrong header" else {}
+    protocols = ["realtime", "openai-insecure-api-key.nope"] if how == "wrong subprotocol" \
+        else None
+    with connect(server, headers=headers, subprotocols=protocols) as ws:
+        reply = json.loads(ws.recv(timeout=30))
+        assert reply["error"]["code"] == "invalid_api_key"
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=30)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+
+
+def test_the_key_in_a_browser_subprotocol(server: ServerProcess) -> None:
+    with connect(server, headers={}, subprotocols=[
+            "realtime", f"openai-insecure-api-key.{KEY}", "openai-beta.realtime-v1"]) as ws:
+        assert ws.subprotocol == "realtime"
+        assert json.loads(ws.recv(timeout=30))["type"] == "transcription_session.created"
+
+
+def test_a_connection_dropped_mid_turn_frees_its_state(server: ServerProcess) -> None:
+    with connect(server) as ws:
+        ws.recv(timeout=30)
+        for event in appends(jfk_pcm24()[: 24000 * 2 * 4]):  # 4 s: inside the first turn
+            ws.send(json.dumps(event))
+        while json.loads(ws.recv(timeout=30))["type"] != "input_audio_buffer.speech_started":
+            pass
+        assert server.health()["live_streams"] >= 1
+    health = wait_streams_closed(server)
+    assert health["live_streams"] == 0
