@@ -65,6 +65,7 @@ def browser() -> Any:
 def _open_live(browser: Any, server: ServerProcess, key: str) -> Any:
     from selenium.webdriver.common.by import By
 
+    browser.get("about:blank")  # the same URL with a #fragment would not load the page again
     browser.get(server.url + "/#live")
     field = browser.find_element(By.ID, "key")
     field.clear()
@@ -74,6 +75,7 @@ def _open_live(browser: Any, server: ServerProcess, key: str) -> Any:
 
 
 def test_the_microphone_becomes_the_jfk_text(browser: Any, server: ServerProcess) -> None:
+    from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -81,10 +83,14 @@ def test_the_microphone_becomes_the_jfk_text(browser: Any, server: ServerProcess
     browser.execute_script(WATCH_TAILS)
     toggle.click()
     status = browser.find_element(By.ID, "live-status")
-    WebDriverWait(browser, 120).until(
-        lambda _: GOLDEN in normalized(browser.execute_script(COMMITTED))
-        or "error" in status.get_attribute("class"))
-    assert "error" not in status.get_attribute("class"), status.text
+    try:
+        WebDriverWait(browser, 180).until(
+            lambda _: GOLDEN in normalized(browser.execute_script(COMMITTED))
+            or "error" in status.get_attribute("class"))
+    except TimeoutException:
+        pass
+    committed = browser.execute_script(COMMITTED)
+    assert GOLDEN in normalized(committed), (status.text, committed)
     assert toggle.text == "Stop"
     # the uncertain words were shown apart, grey, while the settled ones grew
     tails = browser.execute_script("return window.tailsSeen")
