@@ -216,7 +216,7 @@ def _write(printer: Printer, args: argparse.Namespace, formats: Any, language: s
     from tensorplan.whisper.result import Segment, TranscriptionResult, Word
     from tensorplan.whisper.writers import write_outputs
 
-    segments = []
+    segments: list[Segment] = []
     for e in printer.completed:
         if not e.words:
             continue

@@ -84,9 +84,12 @@ class LiveEngine:
     def _work(self) -> None:
         while True:
             with self._cond:
+                stream = None
                 while not self._stopping and (stream := self._next()) is None:
                     self._cond.wait(timeout=0.5)  # also a stream whose work is time-based
-                if self._stopping:
+                if self._stopping or stream is None:
+                    if stream is not None:
+                        stream.busy = False
                     return
                 self.updating += 1
             span = 0.0

@@ -107,7 +107,7 @@ class LiveStream:
             if detection != self.detection:
                 self.detection = detection
                 self._detector = TurnDetector(detection) if detection else None
-                if detection is not None and self._current is not None:
+                if self._detector is not None and self._current is not None:
                     self._detector.in_speech = True  # the open turn continues until silence
 
     def append(self, samples: np.ndarray) -> None:
@@ -127,6 +127,7 @@ class LiveStream:
                     self._open(start, samples)
                 else:
                     self._current.add(samples)
+                assert self._current is not None
                 self._current.speech_windows += int(np.sum(probs >= SPEECH_PROBABILITY))
             else:
                 if self._current is not None:
@@ -141,7 +142,8 @@ class LiveStream:
                         events += [SpeechStopped(turn.number, b.sample * 1000 // SAMPLE_RATE),
                                    *self._close()]
                 if self._current is not None:
-                    self._current.speech_windows += int(np.sum(probs >= self.detection.threshold))  # type: ignore[union-attr]
+                    threshold = self._detector.detection.threshold
+                    self._current.speech_windows += int(np.sum(probs >= threshold))
             self._keep_recent()
             if events:
                 self._emit(events)

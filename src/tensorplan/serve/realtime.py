@@ -131,7 +131,7 @@ class Connection:
                 message = await self.websocket.receive()
                 if message["type"] == "websocket.disconnect":
                     break
-                await self._handle(message)
+                await self._handle(dict(message))
         except (WebSocketDisconnect, RuntimeError):  # gone mid-send or mid-receive
             pass
         finally:

@@ -114,13 +114,14 @@ class RealtimeSession:
             return self
         if not isinstance(t, dict):
             raise SessionError(f"{param} must be an object or null", param)
-        new = self
+        values: dict[str, str | None] = {}
         for name in ("model", "language", "prompt"):
             value = t.get(name, getattr(self, name))
             if value is not None and not isinstance(value, str):
                 raise SessionError(f"{param}.{name} must be a string", f"{param}.{name}")
-            new = dataclasses.replace(new, **{name: value or None})
-        return dataclasses.replace(new, model=new.model or self.model)
+            values[name] = value or None
+        return dataclasses.replace(self, model=values["model"] or self.model,
+                                   language=values["language"], prompt=values["prompt"])
 
     # --- writing it
 

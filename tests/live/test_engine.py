@@ -1,0 +1,247 @@
+"""The live engine without a protocol: agreement, raw audio, a stream over a real session,
+the round robin across streams."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tensorplan.live import (
+    Completed,
+    Delta,
+    LiveEngine,
+    LiveOptions,
+    LiveStream,
+    SpeechStarted,
+    Tail,
+    TurnDetection,
+)
+from tensorplan.live.agreement import LocalAgreement, TimedWord
+from tensorplan.live.pcm import PcmDecoder
+from tensorplan.whisper.options import TranscribeOptions
+
+ROOT = Path(__file__).resolve().parents[2]
+JFK = ROOT / "samples" / "jfk.wav"
+GOLDEN = ("And so my fellow Americans ask not what your country can do for you ask what you "
+          "can do for your country")
+GREEDY = LiveOptions(decoding=TranscribeOptions(beam_size=None))
+
+
+def normalize(text: str) -> str:
+    return " ".join(re.sub(r"[^\w' ]", " ", text.lower()).split())
+
+
+def words(*spec: tuple[str, float, float]) -> list[TimedWord]:
+    return [TimedWord(s, e, t) for t, s, e in spec]
+
+
+# --- LocalAgreement-2
+
+
+def test_agreement_commits_the_common_prefix_and_never_revises() -> None:
+    la = LocalAgreement()
+    assert la.insert(words((" And", 0, .5), (" so", .5, .8))) == []
+    assert la.tail == " And so"
+    got = la.insert(words((" And", 0, .5), (" so,", .5, .8), (" my", .8, 1.0)))
+    assert [w.text for w in got] == [" And", " so,"]  # case and punctuation do not count
+    assert la.tail == " my"
+    # the next hypothesis repeats the committed words and changes its mind about "my"
+    got = la.insert(words((" And", 0, .5), (" so", .5, .8), (" I", .8, 1.0), (" fell", 1, 2)))
+    assert got == [] and la.tail == " I fell"
+    assert [w.text for w in la.committed] == [" And", " so,"]
+    got = la.insert(words((" I", .82, 1.0), (" fellow", 1, 2.1)), final=True)
+    assert [w.text for w in got] == [" I", " fellow"] and la.tail == ""
+
+
+def test_agreement_drops_committed_words_a_hypothesis_repeats() -> None:
+    la = LocalAgreement()
+    la.insert(words((" ask", 2, 3), (" not", 3, 3.5)))
+    la.insert(words((" ask", 2, 3), (" not", 3, 3.5)))
+    assert la.committed_end == 3.5
+    # after a trim the hypothesis starts at the kept audio: "not" again, slightly later
+    assert la.insert(words((" not", 3.45, 3.6), (" what", 3.6, 4))) == []
+    assert la.tail == " what"
+
+
+def test_force_commits_pending_words_that_end_in_time() -> None:
+    la = LocalAgreement()
+    la.insert(words((" a", 0, 1), (" b", 1, 2), (" c", 2, 3)))
+    assert [w.text for w in la.force(2.0)] == [" a", " b"]
+    assert la.tail == " c"
+
+
+# --- raw audio
+
+
+def test_g711_and_pcm_decoding() -> None:
+    assert PcmDecoder("mulaw", 8000).decode(bytes([0xFF]), last=False).dtype == np.float32
+    d = PcmDecoder("s16le", 16000)
+    assert len(d.decode(b"\x00\x40\x00")) == 1  # a piece may end inside a sample
+    assert d.decode(b"\xc0")[0] == pytest.approx(-0.5)
+    stereo = PcmDecoder("s16le", 16000, channels=2)
+    assert stereo.decode(np.array([16384, 0], "<i2").tobytes())[0] == pytest.approx(0.25)
+    resampled = PcmDecoder("s16le", 24000)
+    pieces = [resampled.decode(bytes(4800)) for _ in range(10)]
+    total = sum(map(len, pieces)) + len(resampled.decode(b"", last=True))
+    assert total == 16000  # one second at 24 kHz is one second at 16 kHz, in pieces
+    with pytest.raises(ValueError, match="encoding"):
+        PcmDecoder("flac")
+
+
+# --- a stream over a real session
+
+
+@pytest.fixture(scope="module")
+def model() -> Any:
+    from tensorplan.whisper import load_model
+
+    return load_model("tiny.en")
+
+
+@pytest.fixture(scope="module")
+def jfk() -> np.ndarray:
+    from tensorplan.whisper.audio import load_audio
+
+    return load_audio(str(JFK))
+
+
+def run_stream(session: Any, stream_events: list[Any], audio: np.ndarray,
+               detection: TurnDetection | None, options: LiveOptions = GREEDY,
+               piece: int = 1600) -> LiveStream:
+    """Append in pieces, updating whenever the stream has work (as one worker would)."""
+    stream = LiveStream(options, detection, stream_events.extend)
+    for i in range(0, len(audio), piece):
+        stream.append(audio[i:i + piece])
+        while stream.has_work():
+            stream.step(session)
+    stream.commit()
+    while stream.has_work():
+        stream.step(session)
+    assert stream.idle()
+    return stream
+
+
+def test_a_stream_commits_jfk_word_by_word(model: Any, jfk: np.ndarray) -> None:
+    events: list[Any] = []
+    with model.session() as session:
+        stream = run_stream(session, events, jfk, None, piece=8000)
+    (done,) = [e for e in events if isinstance(e, Completed)]
+    assert normalize(done.transcript) == normalize(GOLDEN)
+    deltas = [e for e in events if isinstance(e, Delta)]
+    assert len(deltas) >= 2 and "".join(d.text for d in deltas) == done.transcript
+    assert any(isinstance(e, Tail) and e.text for e in events)
+    assert not any(isinstance(e, SpeechStarted) for e in events)  # no turn detection
+    assert [w.text for w in done.words] == [w for d in deltas for w in
+                                            (x.text for x in d.words)]
+    assert 0 <= done.words[0].start < done.words[-1].end <= 11.1
+    assert stream.decodes >= 4 and stream.max_span_s <= GREEDY.max_window_s
+
+
+def test_noise_is_not_speech(model: Any) -> None:
+    rng = np.random.default_rng(1)
+    noise = (rng.standard_normal(16000 * 8) * 0.05).astype(np.float32)
+    events: list[Any] = []
+    with model.session() as session:
+        stream = run_stream(session, events, noise, TurnDetection())
+    assert stream.decodes == 0
+    assert [type(e).__name__ for e in events] == ["Committed", "Completed"]
+    assert events[-1].transcript == ""
+
+
+def espeak(text: str, speed: int = 170) -> np.ndarray:
+    from tensorplan.whisper.audio import load_audio
+
+    with tempfile.TemporaryDirectory() as tmp:
+        wav = Path(tmp) / "s.wav"
+        subprocess.run(["espeak-ng", "-s", str(speed), "-w", str(wav), text], check=True,
+                       capture_output=True)
+        return load_audio(str(wav))
+
+
+SENTENCES = [
+    "The quick brown fox jumps over the lazy dog near the river bank.",
+    "Every morning the baker opens his shop before the sun rises over the hills.",
+    "Scientists measured the temperature of the ocean at many different depths.",
+    "The children played football in the park until it started to rain.",
+    "A small boat carried three fishermen across the calm water of the bay.",
+    "Our train to the city leaves at seven and arrives shortly after nine.",
+    "She planted tomatoes, beans and carrots in the garden behind the house.",
+    "The museum opens a new exhibition about ancient maps next Tuesday.",
+]
+
+
+def wer(reference: str, hypothesis: str) -> float:
+    ref, hyp = normalize(reference).split(), normalize(hypothesis).split()
+    d = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        prev, d[0] = d[0], i
+        for j, h in enumerate(hyp, 1):
+            prev, d[j] = d[j], min(d[j] + 1, d[j - 1] + 1, prev + (r != h))
+    return d[len(hyp)] / max(1, len(ref))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("detection", [None, TurnDetection()], ids=["one-turn", "vad"])
+def test_a_long_stream_keeps_each_update_bounded(model: Any,
+                                                 detection: TurnDetection | None) -> None:
+    """~2.5 minutes of speech with pauses, no client commit in between: every decode sees at
+    most one window's worth of audio, the number of decodes grows with the audio (not its
+    square), and the text stays close to the offline transcription."""
+    pause = np.zeros(int(0.7 * 16000), np.float32)
+    parts = [np.concatenate([espeak(s), pause]) for s in SENTENCES * 4]
+    audio = np.concatenate(parts)
+    minutes = len(audio) / 16000 / 60
+    assert minutes > 2.0
+    events: list[Any] = []
+    with model.session() as session:
+        stream = run_stream(session, events, audio, detection, piece=16000)
+        offline = session.transcribe(audio, GREEDY.decoding).text
+    text = " ".join(e.transcript for e in events if isinstance(e, Completed))
+    assert stream.max_span_s <= GREEDY.max_window_s
+    # steps of max_step_s of new audio: about audio / max_step decodes, whatever the length
+    assert stream.decodes <= 1.5 * len(audio) / 16000 / GREEDY.min_step_s
+    assert wer(offline, text) < 0.1, (offline, text)
+    assert wer(" ".join(SENTENCES * 4), text) < 0.15
+
+
+def test_the_engine_serves_streams_round_robin(model: Any, jfk: np.ndarray) -> None:
+    """Three streams with plenty of audio, one worker: the decodes take turns."""
+    order: list[int] = []
+    streams: list[LiveStream] = []
+    counts: dict[int, int] = {}
+    lock = threading.Lock()
+    session = model.session()
+
+    @contextmanager
+    def lend() -> Iterator[Any]:
+        with lock:  # which stream decoded since the last lend
+            for i, s in enumerate(streams):
+                if s.decodes != counts.get(i, 0):
+                    order.append(i)
+                    counts[i] = s.decodes
+        yield session
+
+    engine = LiveEngine(lend, workers=1)
+    try:
+        with lock:
+            for _ in range(3):
+                streams.append(engine.open(GREEDY, None, lambda events: None))
+        for s in streams:
+            s.append(np.tile(jfk, 2))  # 22 s each: several steps of 3 s
+        while len(order) < 7:
+            threading.Event().wait(0.1)
+    finally:
+        engine.shutdown()
+        session.close()
+    first = order[:6]
+    assert sorted(first[:3]) == [0, 1, 2] and sorted(first[3:6]) == [0, 1, 2], order
+    assert engine.stats()["live_decodes"] >= 6

@@ -1,0 +1,103 @@
+"""/v1/realtime under load: many connections at once, and a client that stops reading."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+from realtime_helpers import Feeder, appends, collect, espeak, normalize, pcm24, transcripts
+from serve_helpers import KEY, ServerProcess
+from test_realtime import connect, wait_streams_closed
+
+CLIPS = [
+    "Please send the blue folder to the office on the second floor.",
+    "My grandmother baked bread every Sunday morning.",
+    "The library closes early on public holidays.",
+    "Turn left at the church and drive for two miles.",
+    "Seven horses were standing in the green field.",
+    "The concert was cancelled because of the storm.",
+    "He fixed the old bicycle with a new chain.",
+    "We watched the stars from the roof of the hotel.",
+    "The printer on my desk has run out of paper.",
+    "Fresh oranges are sold at the market on Fridays.",
+    "Her brother works as a nurse in the city hospital.",
+    "The kitten slept all afternoon on the warm carpet.",
+    "Our neighbours painted their fence bright yellow.",
+    "A strong wind blew the leaves across the road.",
+    "The pilot announced that we would land soon.",
+    "They built a wooden bridge over the small stream.",
+]
+
+
+def _wer(reference: str, hypothesis: str) -> float:
+    ref, hyp = normalize(reference).split(), normalize(hypothesis).split()
+    d = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        prev, d[0] = d[0], i
+        for j, h in enumerate(hyp, 1):
+            prev, d[j] = d[j], min(d[j] + 1, d[j - 1] + 1, prev + (r != h))
+    return d[len(hyp)] / max(1, len(ref))
+
+
+@pytest.mark.slow
+def test_16_connections_at_once_each_get_their_own_text(server: ServerProcess) -> None:
+    clips = [np.concatenate([espeak(text), np.zeros(16000, np.float32)]) for text in CLIPS]
+    results: dict[int, Any] = {}
+
+    def one(i: int) -> None:
+        try:
+            with connect(server) as ws:
+                ws.send(json.dumps({"type": "session.update", "session": {
+                    "type": "transcription", "audio": {"input": {
+                        "turn_detection": {"type": "server_vad",
+                                           "silence_duration_ms": 800}}}}}))
+                Feeder(lambda e: ws.send(json.dumps(e)), appends(pcm24(clips[i])),
+                       speed=2.0).run()
+                results[i] = collect(ws.recv, timeout=900)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            results[i] = e
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(CLIPS))]
+    for t in threads:
+        t.start()
+    time.sleep(2)
+    assert server.health()["live_streams"] == len(CLIPS)  # all open at once
+    for t in threads:
+        t.join(timeout=1200)
+    for i, text in enumerate(CLIPS):
+        events = results[i]
+        assert not isinstance(events, BaseException), events
+        heard = " ".join(transcripts(events))
+        errors = [_wer(other, heard) for other in CLIPS]
+        assert errors[i] < 0.3, (text, heard)
+        assert errors[i] == min(errors), (text, heard)  # its own clip, nobody else's
+    assert wait_streams_closed(server)["live_streams"] == 0
+
+
+def test_a_client_that_stops_reading_is_dropped_and_others_go_on(
+        server: ServerProcess) -> None:
+    from websockets.exceptions import ConnectionClosed
+
+    update = json.dumps({"type": "session.update", "session": {"type": "transcription",
+                         "audio": {"input": {"transcription": {"prompt": "x" * 4000}}}}})
+    closed = False
+    with connect(server, max_queue=1) as ws:  # reads nothing: the socket fills up
+        for _ in range(6000):  # each answered by a 4 kB session.updated
+            try:
+                ws.send(update)
+            except ConnectionClosed:
+                closed = True
+                break
+        with connect(server) as other:  # meanwhile a new client is served at once
+            assert json.loads(other.recv(timeout=10))["type"] == "session.created"
+            other.send(update)
+            assert json.loads(other.recv(timeout=10))["type"] == "session.updated"
+        if not closed:
+            with pytest.raises(ConnectionClosed):
+                while True:
+                    ws.recv(timeout=30)
+    assert wait_streams_closed(server)["live_streams"] == 0
