@@ -97,16 +97,26 @@ def test_default_silence_makes_turns_that_join_to_the_text(client: Any) -> None:
 
 
 def test_the_beta_transcription_session_shape(server: ServerProcess) -> None:
-    with connect(server, headers={"Authorization": f"Bearer {KEY}",
-                                  "OpenAI-Beta": "realtime=v1"}) as ws:
-        ws.send(json.dumps({"type": "transcription_session.update", "session": {
+    """The older client: `client.beta.realtime` sends OpenAI-Beta: realtime=v1 (and
+    always wss:// unless told the WebSocket address)."""
+    import openai
+
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0,
+                           websocket_base_url=server.url.replace("http", "ws") + "/v1")
+    with client.beta.realtime.connect(model="whisper-1",
+                                      extra_query={"intent": "transcription"}) as conn:
+        conn.send({"type": "transcription_session.update", "session": {
             "input_audio_format": "pcm16",
             "input_audio_transcription": {"model": "whisper-1", "language": "en"},
-            "turn_detection": {"type": "server_vad", "silence_duration_ms": 1200}}}))
-        feeder = Feeder(lambda e: ws.send(json.dumps(e)), appends(jfk_pcm24()), speed=0)
+            "turn_detection": {"type": "server_vad", "silence_duration_ms": 1200}}})
+        feeder = Feeder(conn.send, appends(jfk_pcm24()), speed=0)
         feeder.start()
-        events = collect(ws.recv)
+        parsed: list[Any] = []
+        events = collect(conn.recv_bytes, on_event=lambda raw, e: parsed.append(
+            conn.parse_event(raw)))
+    assert feeder.error is None
     assert events[0]["type"] == "transcription_session.created"
+    assert [p.type for p in parsed] == [e["type"] for e in events]
     updated = of(events, "transcription_session.updated")[0]["session"]
     assert updated["input_audio_format"] == "pcm16"
     assert updated["turn_detection"]["silence_duration_ms"] == 1200

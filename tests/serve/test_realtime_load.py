@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 from realtime_helpers import Feeder, appends, collect, espeak, normalize, pcm24, transcripts
-from serve_helpers import KEY, ServerProcess
+from serve_helpers import ServerProcess
 from test_realtime import connect, wait_streams_closed
 
 CLIPS = [
