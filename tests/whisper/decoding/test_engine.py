@@ -187,7 +187,7 @@ def long_speech(tmp_path_factory) -> np.ndarray:
     """About two minutes of espeak-ng speech (four windows)."""
     if shutil.which("espeak-ng") is None:
         pytest.skip("espeak-ng is not installed (apt-get install -y espeak-ng)")
-    sys_path = Path(__file__).resolve().parents[1] / "fixtures"
+    sys_path = Path(__file__).resolve().parents[2] / "fixtures"
     import sys
 
     sys.path.insert(0, str(sys_path))

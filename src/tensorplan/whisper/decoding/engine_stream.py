@@ -117,6 +117,7 @@ class EngineSession(Session):
         self.whisper = whisper
         self.state = EngineStream(engine, check)  # type: ignore[assignment]
         self.dirty = False
+        self.closed = False
         self._busy = threading.Lock()
 
     def transcribe(self, *args: Any, **kwargs: Any) -> TranscriptionResult:
