@@ -52,3 +52,22 @@ def test_readme_is_a_front_door() -> None:
     assert "<!-- test-command" in text  # .ci/run finds its command after this marker
     for page in re.findall(r"\]\((docs/[^)#]+)", text):
         assert (ROOT / page).is_file(), f"README links to a missing {page}"
+
+
+def test_test_modules_have_unique_names() -> None:
+    """pytest imports test files by basename (no __init__.py): two of one name in different
+    folders stop the whole run at collection."""
+    names: dict[str, list[str]] = {}
+    for path in (ROOT / "tests").rglob("test_*.py"):
+        names.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    assert not {n: p for n, p in names.items() if len(p) > 1}
+
+
+def test_bench_scripts_do_not_shadow_installed_modules() -> None:
+    """The bench smoke tests put bench/ on sys.path: a script named like an installed
+    package (bench/wyoming.py) hid that package from every later test."""
+    from importlib.metadata import packages_distributions
+
+    installed = set(packages_distributions())
+    shadowing = sorted(p.stem for p in (ROOT / "bench").glob("*.py") if p.stem in installed)
+    assert not shadowing, f"bench scripts named like installed modules: {shadowing}"

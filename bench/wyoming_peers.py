@@ -3,7 +3,7 @@ measured by `wyoming-bench stt` (PyPI): both tiny.en int8 on the CPU, beam 5, th
 threads, the same machine and run; plus each server's resident memory (RSS).
 
     pip install wyoming-bench wyoming-faster-whisper
-    python bench/wyoming.py [--threads 2] [--rounds 3]
+    python bench/wyoming_peers.py [--threads 2] [--rounds 3]
 
 The corpus is samples/jfk.wav and short voice commands spoken by espeak-ng, each with its
 text. wyoming-faster-whisper loads tensorplan's bundled CTranslate2 tiny.en directory
