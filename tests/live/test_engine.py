@@ -72,6 +72,30 @@ def test_agreement_drops_committed_words_a_hypothesis_repeats() -> None:
     assert la.tail == " what"
 
 
+def test_a_pause_that_moves_to_the_next_word_drops_nothing() -> None:
+    """jfk's pause after "for you" belongs to "you" in one decode and to "ask" in the next:
+    the repeated "for you" anchors the hypothesis, so "ask" is new though it starts before
+    the committed end."""
+    la = LocalAgreement()
+    said = words((" for", 7.0, 7.26), (" you,", 7.26, 8.24))
+    la.insert(said)
+    la.insert(said)
+    assert la.committed_end == 8.24
+    la.insert(words((" for", 7.0, 7.26), (" you", 7.26, 8.02), (" ask", 8.02, 8.66)))
+    assert la.tail == " ask"
+
+
+def test_a_word_inside_the_committed_span_is_not_new() -> None:
+    """A decode that splits the committed "my" into "am I" adds no "I" after it."""
+    la = LocalAgreement()
+    said = words((" And", 0, .76), (" so", .76, 1.04), (" my", 1.04, 1.40))
+    la.insert(said)
+    la.insert(said)
+    la.insert(words((" And", 0, .76), (" so", .76, 1.04), (" am", 1.04, 1.32),
+                    (" I", 1.32, 1.46), (" fellow", 1.46, 1.76)))
+    assert la.tail == " fellow"
+
+
 def test_force_commits_pending_words_that_end_in_time() -> None:
     la = LocalAgreement()
     la.insert(words((" a", 0, 1), (" b", 1, 2), (" c", 2, 3)))

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from realtime_helpers import (
     GOLDEN,
+    PACED_WORD_EDITS,
     PREFIX,
     TAIL,
     Feeder,
@@ -24,6 +25,7 @@ from realtime_helpers import (
     of,
     pcm24,
     transcripts,
+    word_edits,
 )
 from serve_helpers import KEY, ServerProcess
 
@@ -70,7 +72,7 @@ def test_jfk_in_real_time_one_turn_through_the_openai_client(client: Any) -> Non
     assert f"{PREFIX}.delta" in types[:stopped], "no committed words while it spoke"
     assert TAIL in types
     (transcript,) = transcripts(events)
-    assert normalize(transcript) == normalize(GOLDEN)
+    assert word_edits(GOLDEN, transcript) <= PACED_WORD_EDITS, transcript
     check_deltas_join(events)
     tails = of(events, TAIL)
     assert all(set(t) >= {"event_id", "item_id", "content_index", "text"} for t in tails)
@@ -89,7 +91,7 @@ def test_default_silence_makes_turns_that_join_to_the_text(client: Any) -> None:
         events = collect(conn.recv_bytes)
     texts = transcripts(events)
     assert len(texts) >= 2, texts
-    assert normalize(" ".join(texts)) == normalize(GOLDEN)
+    assert word_edits(GOLDEN, " ".join(texts)) <= PACED_WORD_EDITS, texts
     check_deltas_join(events)
     items = [e["item_id"] for e in of(events, "input_audio_buffer.committed")]
     previous = [e["previous_item_id"] for e in of(events, "input_audio_buffer.committed")]

@@ -67,11 +67,10 @@ def run(args: argparse.Namespace) -> int:
                         f"got {args.budget}")
     if args.max_nodes is not None and args.max_nodes < 0:
         raise UserError(f"--max-nodes must be >= 0, got {args.max_nodes}")
-    check_not_input(args.out, [args.trace])  # the trace is read whole before writing
     t0 = time.perf_counter()
-    packing = pack(
-        read_trace(args.trace), args.alignment, args.strategy, args.budget, args.max_nodes
-    )
+    trace = list(read_trace(args.trace))  # first: a trace that is no file is said first
+    check_not_input(args.out, [args.trace])
+    packing = pack(trace, args.alignment, args.strategy, args.budget, args.max_nodes)
     write_offsets(args.out, packing.offsets)  # errors are one-line UserErrors (files.py)
     print(
         f"{len(packing.offsets)} intervals packed ({args.strategy}) in "

@@ -13,12 +13,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# a word of a new hypothesis that starts this long before the committed end still counts
-# as new: word times from the alignment wander by a frame or two between decodes
-START_SLACK_S = 0.1
 # the committed words a hypothesis may repeat at its start (audio kept before the commit)
 MAX_OVERLAP_WORDS = 5
-# a repeated word must start within this of the committed end to be dropped as a repeat
+# the last committed words found again in a hypothesis must end within this of where
+# they ended, to anchor it
 OVERLAP_WINDOW_S = 1.0
 
 
@@ -70,14 +68,19 @@ class LocalAgreement:
         return commit
 
     def _after_committed(self, words: list[TimedWord]) -> list[TimedWord]:
+        """The words of `words` after what is committed: after the last committed words
+        where the hypothesis repeats them near where they were said, else the words said
+        mostly after the committed end (a pause's silence wanders from one word's edge to
+        the next between decodes, so a start alone would drop or repeat words)."""
         if not self.committed:
             return list(words)
         end = self.committed_end
-        new = [w for w in words if w.start > end - START_SLACK_S]
-        if new and abs(new[0].start - end) < OVERLAP_WINDOW_S:
-            # the hypothesis may begin by repeating the last committed words: drop them
-            for n in range(min(MAX_OVERLAP_WORDS, len(self.committed), len(new)), 0, -1):
-                tail = [normalized(w.text) for w in self.committed[-n:]]
-                if tail == [normalized(w.text) for w in new[:n]]:
-                    return new[n:]
-        return new
+        said = [normalized(w.text) for w in words]
+        for n in range(min(MAX_OVERLAP_WORDS, len(self.committed)), 0, -1):
+            tail = [normalized(w.text) for w in self.committed[-n:]]
+            near = [i for i in range(len(words) - n + 1) if said[i:i + n] == tail
+                    and abs(words[i + n - 1].end - end) < OVERLAP_WINDOW_S]
+            if near:
+                i = min(near, key=lambda i: abs(words[i + n - 1].end - end))
+                return words[i + n:]
+        return [w for w in words if (w.start + w.end) / 2 > end]

@@ -6,9 +6,9 @@ refuses work when the queue is full, and counts busy sessions and queued jobs fo
 A job is cancelled cooperatively: its callbacks raise `Cancelled` at the next segment or
 window, which frees its session for the next job.
 
-With a step engine (whisper/decoding/engine.py) the jobs run on the engine's streams instead: one
-worker thread per engine window, every stream's decoding steps batched together; a job is
-then also stopped between two decoding steps (its stream checks the flag).
+With a step engine (whisper/planned/step_engine.py) the jobs run on the engine's streams
+instead: one worker thread per engine window, every stream's decoding steps batched
+together; a job is then also stopped between two decoding steps (its stream checks the flag).
 """
 
 from __future__ import annotations

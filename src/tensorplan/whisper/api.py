@@ -233,12 +233,12 @@ class Whisper:
         return Session(self)
 
     def engine(self, windows: int | None = None, prepare: tuple[int, ...] = ()) -> Any:
-        """A continuous-batching engine over this model (engine_stream.Engine): many
+        """A continuous-batching engine over this model (whisper/engine.py): many
         streams' decoding steps in one batched pass; `windows`: tasks decoding at once
         per group size; `prepare`: group sizes (1 greedy, beams) whose memory is taken
         now rather than on first use. Close it when done (it owns a thread)."""
-        from tensorplan.whisper.decoding.engine import DEFAULT_WINDOWS
-        from tensorplan.whisper.decoding.engine_stream import Engine
+        from tensorplan.whisper.engine import Engine
+        from tensorplan.whisper.planned.step_engine import DEFAULT_WINDOWS
 
         return Engine(self, windows or DEFAULT_WINDOWS, prepare=prepare)
 

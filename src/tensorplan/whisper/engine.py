@@ -1,6 +1,7 @@
-"""A request's view of the step engine (engine.py): the sessions the seek loop runs over.
+"""A request's view of the step engine (planned/step_engine.py): the sessions the seek loop
+runs over.
 
-`EngineStream` is a `DecodingSession` (decoding.py) and what the word aligner asks of a
+`EngineStream` is a `DecodingSession` (decoding/window.py) and what the word aligner asks of a
 session, but holds no arena of its own: encoding, prompts and alignment run as jobs on
 the engine's thread, and each decoding step joins the engine's next batched pass. The
 seek loop, temperature fallback, conditioning and word timestamps run unchanged on the
@@ -18,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tensorplan.whisper.api import Audio, Session
-from tensorplan.whisper.decoding.engine import DEFAULT_WINDOWS, GATHER_SECONDS, StepEngine, Task
 from tensorplan.whisper.options import TranscribeOptions
 from tensorplan.whisper.planned.session import Alignment
+from tensorplan.whisper.planned.step_engine import DEFAULT_WINDOWS, GATHER_SECONDS, StepEngine, Task
 from tensorplan.whisper.result import TranscriptionResult
 
 if TYPE_CHECKING:

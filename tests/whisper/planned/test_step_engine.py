@@ -1,5 +1,6 @@
-"""The step engine (whisper/decoding/engine.py): requests decoded together in one batched pass per
-step give the transcripts each gives alone, whatever joins or leaves around them."""
+"""The step engine (whisper/planned/step_engine.py): requests decoded together in one
+batched pass per step give the transcripts each gives alone, whatever joins or leaves
+around them."""
 
 from __future__ import annotations
 

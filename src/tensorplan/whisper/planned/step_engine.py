@@ -1,7 +1,7 @@
 """One engine per model: every active decoding's next step in one batched decoder pass.
 
-Each request keeps its own sequential seek loop (transcribe.py: fallback, conditioning,
-no-speech, word timestamps) on its own thread, over an `EngineStream` (engine_stream.py)
+Each request keeps its own sequential seek loop (decoding/seek_loop.py: fallback, conditioning,
+no-speech, word timestamps) on its own thread, over an `EngineStream` (whisper/engine.py)
 instead of a session of its own. The stream hands the model's work to this engine, whose
 one thread owns the only `WhisperSession` and runs, in turn:
 
