@@ -170,6 +170,30 @@ def test_a_stream_commits_jfk_word_by_word(model: Any, jfk: np.ndarray) -> None:
     assert stream.decodes >= 4 and stream.max_span_s <= GREEDY.max_window_s
 
 
+class SpeakerOfSilence:
+    """A session that hears jfk's last word, then "Thank you." in whatever silence follows
+    it, as Whisper does on the pause that ends a turn."""
+
+    def transcribe(self, audio: np.ndarray, options: Any) -> Any:
+        from types import SimpleNamespace as Ns
+
+        end = len(audio) / 16000
+        words = [Ns(start=10.2, end=10.5, word=" country.")]
+        if end > 12.0:  # a second past "country"
+            words += [Ns(start=end - 0.8, end=end - 0.5, word=" Thank"),
+                      Ns(start=end - 0.5, end=end - 0.2, word=" you.")]
+        return Ns(segments=[Ns(end=words[-1].end, words=words)])
+
+
+def test_words_in_the_silence_after_speech_are_dropped(jfk: np.ndarray) -> None:
+    events: list[Any] = []
+    audio = np.concatenate([jfk, np.zeros(3 * 16000, np.float32)])
+    run_stream(SpeakerOfSilence(), events, audio, None)
+    (done,) = [e for e in events if isinstance(e, Completed)]
+    assert done.transcript == "country."
+    assert not any(isinstance(e, Tail) and "Thank" in e.text for e in events)
+
+
 def test_noise_is_not_speech(model: Any) -> None:
     rng = np.random.default_rng(1)
     noise = (rng.standard_normal(16000 * 8) * 0.05).astype(np.float32)

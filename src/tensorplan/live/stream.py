@@ -33,6 +33,7 @@ from tensorplan.live.events import (
 )
 from tensorplan.live.options import PROMPT_CHARS, SAMPLE_RATE, LiveOptions, TurnDetection
 from tensorplan.live.speech import SpeechProbability, TurnDetector
+from tensorplan.whisper.audio.vad import WINDOW_SAMPLES
 
 log = logging.getLogger("tensorplan.live")
 
@@ -41,6 +42,9 @@ MIN_COMMIT_S = 0.1  # a commit needs this much audio since the last (OpenAI's 10
 FORCE_KEEP_S = 5.0  # a buffer that must move on without agreement keeps this much
 SPEECH_PROBABILITY = 0.5  # without turn detection: a window this likely is speech
 PROMPT_WORDS = 100  # committed words remembered for prompts
+# words that start this long after the turn's last speech window are not speech: Whisper
+# writes "Thank you." into the silence that ends a turn, and two updates can agree on it
+AFTER_SPEECH_S = 0.5
 
 
 class Turn:
@@ -53,6 +57,7 @@ class Turn:
         self.closed = False
         self.dropped = False
         self.speech_windows = 0
+        self.speech_end = start  # stream sample: the end of its last speech window
         self.agreement = LocalAgreement()
         self.text = ""  # the deltas sent, joined
         self.tail = ""
@@ -60,6 +65,14 @@ class Turn:
     @property
     def offset_s(self) -> float:
         return self.offset / SAMPLE_RATE
+
+    def heard(self, probs: np.ndarray, first_sample: int, threshold: float) -> None:
+        """Count the speech windows among `probs` (the first starts at `first_sample`)."""
+        speech = np.flatnonzero(probs >= threshold)
+        self.speech_windows += len(speech)
+        if len(speech):
+            self.speech_end = max(self.speech_end,
+                                  first_sample + (int(speech[-1]) + 1) * WINDOW_SAMPLES)
 
     def add(self, samples: np.ndarray) -> None:
         self.audio.append(samples)
@@ -128,7 +141,7 @@ class LiveStream:
                 else:
                     self._current.add(samples)
                 assert self._current is not None
-                self._current.speech_windows += int(np.sum(probs >= SPEECH_PROBABILITY))
+                self._current.heard(probs, first_window, SPEECH_PROBABILITY)
             else:
                 if self._current is not None:
                     self._current.add(samples)
@@ -142,8 +155,7 @@ class LiveStream:
                         events += [SpeechStopped(turn.number, b.sample * 1000 // SAMPLE_RATE),
                                    *self._close()]
                 if self._current is not None:
-                    threshold = self._detector.detection.threshold
-                    self._current.speech_windows += int(np.sum(probs >= threshold))
+                    self._current.heard(probs, first_window, self._detector.detection.threshold)
             self._keep_recent()
             if events:
                 self._emit(events)
@@ -240,12 +252,14 @@ class LiveStream:
             final = turn.closed and target == n
             window = turn.audio.view(0, target).copy()
             offset_s = turn.offset_s
+            said_until = turn.speech_end / SAMPLE_RATE + AFTER_SPEECH_S
             options = self.options.transcribe_options(self._prompt(offset_s))
         t0 = time.perf_counter()
         result = session.transcribe(window, options)
         elapsed = time.perf_counter() - t0
         words = [TimedWord(offset_s + w.start, offset_s + w.end, w.word)
-                 for s in result.segments for w in (s.words or ())]
+                 for s in result.segments for w in (s.words or ())
+                 if offset_s + w.start <= said_until]
         segment_ends = [offset_s + s.end for s in result.segments]
         span = len(window) / SAMPLE_RATE
         with self._lock:
