@@ -34,6 +34,7 @@ from tensorplan.whisper.audio.constants import N_FRAMES
 from tensorplan.whisper.audio.mel import MelFrames
 from tensorplan.whisper.audio.vad import SpeechOnly, VadOptions
 from tensorplan.whisper.decoding.window import detect_language
+from tensorplan.whisper.planned.load_options import ComputeType, Device
 from tensorplan.whisper.result import Segment as TpSegment
 from tensorplan.whisper.tokenizer import LANGUAGES
 
@@ -42,8 +43,9 @@ DEFAULT_TEMPERATURES = [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
 PREPEND = "\"'“¿([{-"
 APPEND = "\"'.。,，!！?？:：”)]}、"
 # faster-whisper's compute types → tensorplan's (CPU); float16 types need device="cuda"
-_COMPUTE_TYPES = {"default": "float32", "float32": "float32", "auto": "int8", "int8": "int8",
-                  "int8_float32": "int8"}
+_COMPUTE_TYPES: dict[str, ComputeType] = {
+    "default": "float32", "float32": "float32", "auto": "int8", "int8": "int8",
+    "int8_float32": "int8"}
 _CUDA_COMPUTE_TYPES = ("float16", "int8_float16", "bfloat16", "int8_bfloat16")
 
 
@@ -293,7 +295,7 @@ def _arguments(local_vars: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in local_vars.items() if k not in ("self", "audio")}
 
 
-def _device(device: str) -> str:
+def _device(device: str) -> Device:
     if device == "auto":
         try:
             import torch
@@ -301,12 +303,14 @@ def _device(device: str) -> str:
             return "cuda" if torch.cuda.is_available() else "cpu"
         except ImportError:
             return "cpu"
-    if device not in ("cpu", "cuda"):
-        raise ValueError(f"device must be 'cpu', 'cuda' or 'auto', got {device!r}")
-    return device
+    if device == "cpu":
+        return "cpu"
+    if device == "cuda":
+        return "cuda"
+    raise ValueError(f"device must be 'cpu', 'cuda' or 'auto', got {device!r}")
 
 
-def _compute_type(compute_type: str, device: str) -> str:
+def _compute_type(compute_type: str, device: str) -> ComputeType:
     if compute_type in _CUDA_COMPUTE_TYPES:
         if device != "cuda":
             raise Unsupported("compute_type", compute_type, "16-bit types run on device="
