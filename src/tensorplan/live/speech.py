@@ -51,6 +51,7 @@ class SpeechProbability:
 class Boundary:
     kind: str  # "start" or "stop"
     sample: int  # of the stream: where the turn's audio starts, or where it ends
+    window: int  # the index, among the probabilities given, of the window that decided it
 
 
 class TurnDetector:
@@ -74,7 +75,7 @@ class TurnDetector:
             if not self.in_speech:
                 if p >= d.threshold:
                     self.in_speech, self._silent_since = True, None
-                    found.append(Boundary("start", max(0, start - pad)))
+                    found.append(Boundary("start", max(0, start - pad), i))
                 continue
             if p >= d.threshold:
                 self._silent_since = None
@@ -82,5 +83,5 @@ class TurnDetector:
                 self._silent_since = start
             if self._silent_since is not None and end - self._silent_since >= silence:
                 self.in_speech, self._silent_since = False, None
-                found.append(Boundary("stop", end))
+                found.append(Boundary("stop", end, i))
         return found

@@ -145,17 +145,24 @@ class LiveStream:
             else:
                 if self._current is not None:
                     self._current.add(samples)
+                threshold = self._detector.detection.threshold
+                at = 0  # the first window not yet counted for a turn
                 for b in self._detector.windows(probs, first_window):
                     if b.kind == "start":
                         turn = self._open(b.sample, self._recent_since(b.sample))
                         events.append(SpeechStarted(turn.number, b.sample * 1000 // SAMPLE_RATE))
+                        at = b.window
                     elif self._current is not None:
                         turn = self._current
+                        turn.heard(probs[at:b.window + 1], first_window + at * WINDOW_SAMPLES,
+                                   threshold)
+                        at = b.window + 1
                         turn.end_at(b.sample)
                         events += [SpeechStopped(turn.number, b.sample * 1000 // SAMPLE_RATE),
                                    *self._close()]
                 if self._current is not None:
-                    self._current.heard(probs, first_window, self._detector.detection.threshold)
+                    self._current.heard(probs[at:], first_window + at * WINDOW_SAMPLES,
+                                        threshold)
             self._keep_recent()
             if events:
                 self._emit(events)
