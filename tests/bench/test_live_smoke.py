@@ -13,11 +13,11 @@ from bench_run import run_bench
 MISSING = [m for m in ("uvicorn", "websockets", "soxr") if importlib.util.find_spec(m) is None]
 
 
-@pytest.mark.slow  # 26 s of speech and jfk at real-time pace, per engine
+@pytest.mark.slow  # 10 s of speech and jfk at real-time pace, per engine
 @pytest.mark.skipif(bool(MISSING), reason=f"not installed: {MISSING}")
 def test_smoke_run_measures_each_engine() -> None:
     anchor = importlib.util.find_spec("faster_whisper") is not None
-    stdout = run_bench("live.py", "--streams", "1", "--seconds", "20", "--compute-types",
+    stdout = run_bench("live.py", "--streams", "1", "--seconds", "10", "--compute-types",
                        "int8", "--engines", "tensorplan,anchor" if anchor else "tensorplan")
     engines = ["tensorplan"] + (["LocalAgreement-2"] if anchor else [])
     for engine in engines:
@@ -28,7 +28,7 @@ def test_smoke_run_measures_each_engine() -> None:
             cells = [c.strip() for c in rows[0].strip("|").split("|")]
             words, median, p95 = int(cells[4]), float(cells[5]), float(cells[6])
             wer_ref, wer_offline, rss = float(cells[9]), float(cells[10]), float(cells[11])
-            assert words >= 15, rows[0]  # most words were delivered and paired
+            assert words >= 12, rows[0]  # most words were delivered and paired
             assert math.isfinite(median) and p95 >= median, rows[0]
             assert wer_offline < 0.35 and wer_ref < 0.5, rows[0]
             assert rss > 50, rows[0]
