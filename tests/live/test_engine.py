@@ -3,7 +3,6 @@ the round robin across streams."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 import tempfile
 import threading
@@ -14,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from transcripts import normalize, wer
 
 from tensorplan.live import (
     Completed,
@@ -34,10 +34,6 @@ JFK = ROOT / "samples" / "jfk.wav"
 GOLDEN = ("And so my fellow Americans ask not what your country can do for you ask what you "
           "can do for your country")
 GREEDY = LiveOptions(decoding=TranscribeOptions(beam_size=None))
-
-
-def normalize(text: str) -> str:
-    return " ".join(re.sub(r"[^\w' ]", " ", text.lower()).split())
 
 
 def words(*spec: tuple[str, float, float]) -> list[TimedWord]:
@@ -240,16 +236,6 @@ SENTENCES = [
     "She planted tomatoes, beans and carrots in the garden behind the house.",
     "The museum opens a new exhibition about ancient maps next Tuesday.",
 ]
-
-
-def wer(reference: str, hypothesis: str) -> float:
-    ref, hyp = normalize(reference).split(), normalize(hypothesis).split()
-    d = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        prev, d[0] = d[0], i
-        for j, h in enumerate(hyp, 1):
-            prev, d[j] = d[j], min(d[j] + 1, d[j - 1] + 1, prev + (r != h))
-    return d[len(hyp)] / max(1, len(ref))
 
 
 @pytest.mark.slow

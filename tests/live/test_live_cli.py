@@ -4,21 +4,17 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from transcripts import normalize
 
 ROOT = Path(__file__).resolve().parents[2]
 JFK = ROOT / "samples" / "jfk.wav"
 GOLDEN = ("And so my fellow Americans ask not what your country can do for you ask what you "
           "can do for your country")
-
-
-def normalize(text: str) -> str:
-    return " ".join(re.sub(r"[^\w' ]", " ", text.lower()).split())
 
 
 def live(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 import subprocess
 import tempfile
 import threading
@@ -16,6 +15,7 @@ from typing import Any
 import numpy as np
 import soxr
 from serve_helpers import JFK
+from transcripts import normalize, word_edits  # noqa: F401 - the realtime tests' helpers
 
 GOLDEN = ("And so my fellow Americans ask not what your country can do for you ask what you "
           "can do for your country")
@@ -23,26 +23,11 @@ TAIL = "tensorplan.transcription.tail"
 PREFIX = "conversation.item.input_audio_transcription"
 
 
-def normalize(text: str) -> str:
-    return " ".join(re.sub(r"[^\w' ]", " ", text.lower()).split())
-
-
 # Paced in real time, where a stream's updates fall depends on the machine's speed; two
 # updates can agree on a misheard word ("am I fellow Americans" before "my" is heard in
 # full), which LocalAgreement then commits. Such streams may differ from the file's text
 # by this many words (docs/realtime.md); streams sent at once update at fixed points.
 PACED_WORD_EDITS = 2
-
-
-def word_edits(reference: str, hypothesis: str) -> int:
-    """Words inserted, deleted or replaced between the two texts, once normalized."""
-    ref, hyp = normalize(reference).split(), normalize(hypothesis).split()
-    d = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        prev, d[0] = d[0], i
-        for j, h in enumerate(hyp, 1):
-            prev, d[j] = d[j], min(d[j] + 1, d[j - 1] + 1, prev + (r != h))
-    return d[len(hyp)]
 
 
 def samples16k(path: Path | str) -> np.ndarray:

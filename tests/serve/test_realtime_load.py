@@ -9,9 +9,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from realtime_helpers import Feeder, appends, collect, espeak, normalize, pcm24, transcripts
+from realtime_helpers import Feeder, appends, collect, espeak, pcm24, transcripts
 from serve_helpers import ServerProcess
 from test_realtime import connect, wait_streams_closed
+from transcripts import wer
 
 CLIPS = [
     "Please send the blue folder to the office on the second floor.",
@@ -31,16 +32,6 @@ CLIPS = [
     "The pilot announced that we would land soon.",
     "They built a wooden bridge over the small stream.",
 ]
-
-
-def _wer(reference: str, hypothesis: str) -> float:
-    ref, hyp = normalize(reference).split(), normalize(hypothesis).split()
-    d = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        prev, d[0] = d[0], i
-        for j, h in enumerate(hyp, 1):
-            prev, d[j] = d[j], min(d[j] + 1, d[j - 1] + 1, prev + (r != h))
-    return d[len(hyp)] / max(1, len(ref))
 
 
 @pytest.mark.slow
@@ -79,7 +70,7 @@ def test_16_connections_at_once_each_get_their_own_text(server: ServerProcess) -
         events = results[i]
         assert not isinstance(events, BaseException), events
         heard = " ".join(transcripts(events))
-        errors = [_wer(other, heard) for other in offline]
+        errors = [wer(other, heard) for other in offline]
         assert errors[i] < min(errors[:i] + errors[i + 1:]), (text, heard)  # nobody else's
         own.append(errors[i])
     # a clip whose first words tiny.en garbles offline ("A gilt at Woven bridge") can be
