@@ -205,7 +205,7 @@ def test_a_short_clip_behind_a_long_file_finishes_first(tiny, jfk_audio,
     """The short request's one window joins the long file's decoding at the next step
     boundary: it does not wait for the file's remaining windows."""
     assert len(long_speech) > 90 * 16000
-    alone = tiny.transcribe(jfk_audio)
+    alone = tiny.transcribe(jfk_audio, beam_size=None)  # greedy: fairness, not search
     events: list[str] = []
     windows_done: list[int] = []
     first_window = threading.Event()
@@ -216,10 +216,11 @@ def test_a_short_clip_behind_a_long_file_finishes_first(tiny, jfk_audio,
 
     with tiny.engine(windows=4) as engine:
         long_run = threading.Thread(target=lambda: (
-            engine.transcribe(long_speech, progress=progress), events.append("long")))
+            engine.transcribe(long_speech, beam_size=None, progress=progress),
+            events.append("long")))
         long_run.start()
         assert first_window.wait(timeout=600)
-        short = engine.transcribe(jfk_audio)
+        short = engine.transcribe(jfk_audio, beam_size=None)
         events.append("short")
         long_windows_before = len(windows_done)
         long_run.join()
