@@ -213,7 +213,7 @@ def test_random_graphs_keep_the_contract(strategy: str, case: Case) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["offline", "ggml"])
 @settings(
-    max_examples=2_500,
+    max_examples=1_500,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

@@ -14,8 +14,9 @@ from synth_audio import encoded
 
 
 def transport_stream(path: Path) -> Path:
-    """Two seconds of tone in an MPEG-TS (what HLS segments are), decodable on its own."""
-    path.write_bytes(encoded("mp2", "mpegts"))
+    """Two seconds of silence in an MPEG-TS (what HLS segments are), decodable on its own
+    (a tone sends tiny.en into a "beep beep" loop: 25 s of decoding to prove nothing)."""
+    path.write_bytes(encoded("mp2", "mpegts", silent=True))
     return path
 
 

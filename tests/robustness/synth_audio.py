@@ -43,11 +43,12 @@ def pcm24(x: np.ndarray) -> bytes:
     return ints.view(np.uint8).reshape(-1, 4)[:, :3].tobytes()  # little-endian low 3 bytes
 
 
-def encoded(codec: str, fmt: str, seconds: float = 2.0) -> bytes:
-    """int16 mono tone compressed with PyAV (bundled ffmpeg)."""
+def encoded(codec: str, fmt: str, seconds: float = 2.0, silent: bool = False) -> bytes:
+    """int16 mono tone (or silence) compressed with PyAV (bundled ffmpeg)."""
     buf = io.BytesIO()
+    sound = tone(seconds) * (0 if silent else 1)
     with av.open(buf, "w", format=fmt) as out:
-        encode_pcm16(out, codec, RATE, [pcm16(tone(seconds))])
+        encode_pcm16(out, codec, RATE, [pcm16(sound)])
     return buf.getvalue()
 
 
