@@ -13,6 +13,7 @@ text. wyoming-faster-whisper loads tensorplan's bundled CTranslate2 tiny.en dire
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
 import socket
@@ -74,6 +75,13 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--mode", default="both", choices=("non_streaming", "streaming", "both"))
     args = parser.parse_args()
+    missing = [tool for tool in ("wyoming-bench",) if shutil.which(tool) is None]
+    if importlib.util.find_spec("wyoming_faster_whisper") is None:
+        missing.append("wyoming-faster-whisper")
+    if missing:
+        print(f"bench/wyoming_peers.py: not installed: {', '.join(missing)} "
+              "(pip install -e '.[bench]')", file=sys.stderr)
+        return 2
     sys.path.insert(0, str(ROOT / "src"))
     from tensorplan.whisper.model_files.find import resolve_model
 
