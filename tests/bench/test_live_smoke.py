@@ -9,6 +9,9 @@ import math
 
 import pytest
 from bench_run import run_bench
+from vad_available import needs_vad
+
+pytestmark = needs_vad  # every test here runs live streams (Silero VAD)
 
 MISSING = [m for m in ("uvicorn", "websockets", "soxr") if importlib.util.find_spec(m) is None]
 

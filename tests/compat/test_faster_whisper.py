@@ -15,6 +15,7 @@ import make_speech
 import numpy as np
 import pytest
 from conftest import JFK, faster_whisper
+from vad_available import needs_vad
 
 from tensorplan.compat import faster_whisper as compat
 from tensorplan.compat.faster_whisper import REFUSED, Unsupported
@@ -160,6 +161,7 @@ def test_prompting(fw, tp, jfk, kwargs) -> None:
         assert ts[0].text.startswith(" And so, my")
 
 
+@needs_vad
 def test_vad_filter_moves_times_back(fw, tp, jfk) -> None:
     quiet = np.zeros(16000 * 5, np.float32)
     audio = np.concatenate([quiet, jfk, quiet])

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 from transcripts import normalize, wer
+from vad_available import needs_vad
 
 from tensorplan.live import (
     Completed,
@@ -150,6 +151,7 @@ def run_stream(session: Any, stream_events: list[Any], audio: np.ndarray,
     return stream
 
 
+@needs_vad
 def test_a_stream_commits_jfk_word_by_word(model: Any, jfk: np.ndarray) -> None:
     events: list[Any] = []
     with model.session() as session:
@@ -181,6 +183,7 @@ class SpeakerOfSilence:
         return Ns(segments=[Ns(end=words[-1].end, words=words)])
 
 
+@needs_vad
 def test_words_in_the_silence_after_speech_are_dropped(jfk: np.ndarray) -> None:
     events: list[Any] = []
     audio = np.concatenate([jfk, np.zeros(3 * 16000, np.float32)])
@@ -190,6 +193,7 @@ def test_words_in_the_silence_after_speech_are_dropped(jfk: np.ndarray) -> None:
     assert not any(isinstance(e, Tail) and "Thank" in e.text for e in events)
 
 
+@needs_vad
 def test_a_turn_begun_and_ended_in_one_append_keeps_its_words(model: Any) -> None:
     """A client that sends seconds at once: the speech of a turn that starts and stops
     inside one append still counts as the turn's (it used to go to no turn, and the turn
@@ -205,6 +209,7 @@ def test_a_turn_begun_and_ended_in_one_append_keeps_its_words(model: Any) -> Non
     assert "door" in normalize(done.transcript)
 
 
+@needs_vad
 def test_noise_is_not_speech(model: Any) -> None:
     rng = np.random.default_rng(1)
     noise = (rng.standard_normal(16000 * 8) * 0.05).astype(np.float32)
@@ -238,6 +243,7 @@ SENTENCES = [
 ]
 
 
+@needs_vad
 @pytest.mark.slow
 def test_a_long_stream_keeps_each_update_bounded(model: Any) -> None:
     """~1.2 minutes of speech with pauses (three windows' worth), no client commit in
@@ -268,6 +274,7 @@ def test_a_long_stream_keeps_each_update_bounded(model: Any) -> None:
     assert wer(said, text) < wer(said, offline) + 0.1, (said, text)
 
 
+@needs_vad
 def test_the_engine_serves_streams_round_robin(model: Any, jfk: np.ndarray) -> None:
     """Three streams with plenty of audio, one worker: the decodes take turns."""
     order: list[int] = []

@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 from transcripts import normalize
+from vad_available import needs_vad
+
+pytestmark = needs_vad  # every test here runs live streams (Silero VAD)
 
 ROOT = Path(__file__).resolve().parents[2]
 JFK = ROOT / "samples" / "jfk.wav"

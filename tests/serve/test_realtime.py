@@ -28,6 +28,9 @@ from realtime_helpers import (
     word_edits,
 )
 from serve_helpers import KEY, ServerProcess
+from vad_available import needs_vad
+
+pytestmark = needs_vad  # every test here runs live streams (Silero VAD)
 
 websockets_sync = pytest.importorskip("websockets.sync.client")
 

@@ -13,6 +13,9 @@ from realtime_helpers import Feeder, appends, collect, espeak, pcm24, transcript
 from serve_helpers import ServerProcess
 from test_realtime import connect, wait_streams_closed
 from transcripts import wer
+from vad_available import needs_vad
+
+pytestmark = needs_vad  # every test here runs live streams (Silero VAD)
 
 CLIPS = [
     "Please send the blue folder to the office on the second floor.",

@@ -40,9 +40,16 @@ def test_verbose_json_segments(client: Any, reference: Any) -> None:
     want = reference()
     assert got.language == "en" and got.duration == pytest.approx(11.0, abs=0.01)
     assert got.text == want.text.strip()
-    assert [s.model_dump(exclude_none=True) for s in got.segments] == \
-        [{k: v for k, v in s.to_dict().items() if k != "words"} for s in want.segments]
+    # the server batches decoder steps across requests (docs/engine.md): a row's logits
+    # can differ in their last bits, so log probabilities compare to 6 places
+    assert [_rounded(s.model_dump(exclude_none=True)) for s in got.segments] == \
+        [_rounded({k: v for k, v in s.to_dict().items() if k != "words"})
+         for s in want.segments]
     assert got.words is None
+
+
+def _rounded(fields: dict[str, Any]) -> dict[str, Any]:
+    return {k: round(v, 6) if isinstance(v, float) else v for k, v in fields.items()}
 
 
 def test_verbose_json_words_and_segments(client: Any, reference: Any) -> None:

@@ -17,6 +17,9 @@ from typing import Any
 
 import pytest
 from serve_helpers import JFK, KEY, ServerProcess
+from vad_available import needs_vad
+
+pytestmark = needs_vad  # every test here runs live streams (Silero VAD)
 
 CHROMEDRIVER = os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver")
 GOLDEN = ("and so my fellow americans ask not what your country can do for you "

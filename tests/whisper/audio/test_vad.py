@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from vad_available import needs_vad
 from whisper_helpers import JFK, normalize
 
 from tensorplan.errors import UserError
@@ -42,19 +43,6 @@ from tensorplan.whisper.result import Segment, TranscriptionResult, Word
 SR = vad.SAMPLE_RATE
 
 
-def _vad_missing() -> str | None:
-    """Why the model cannot run here, or None."""
-    if importlib.util.find_spec("onnxruntime") is None:
-        return f"onnxruntime is not installed ({vad.INSTALL_HINT})"
-    try:
-        vad.model_path()
-    except UserError as e:
-        return str(e)
-    return None
-
-
-MISSING = _vad_missing()
-needs_vad = pytest.mark.skipif(MISSING is not None, reason=f"VAD model unavailable: {MISSING}")
 
 
 def silero_package_dir() -> Path | None:
