@@ -9,7 +9,7 @@ import time
 from tensorplan.alloc import DEFAULT_BUDGET_S, DEFAULT_MAX_NODES, STRATEGIES, pack
 from tensorplan.alloc.trace import read_trace, write_offsets
 from tensorplan.errors import UserError
-from tensorplan.files import check_not_input
+from tensorplan.files import check_not_input, open_regular
 
 MAX_ALIGNMENT = 1 << 30  # larger alignments pad every offset beyond any memory
 MAX_BUDGET_S = 24 * 3600.0  # a day of improvement search; inf would never stop
@@ -68,9 +68,11 @@ def run(args: argparse.Namespace) -> int:
     if args.max_nodes is not None and args.max_nodes < 0:
         raise UserError(f"--max-nodes must be >= 0, got {args.max_nodes}")
     t0 = time.perf_counter()
-    trace = list(read_trace(args.trace))  # first: a trace that is no file is said first
-    check_not_input(args.out, [args.trace])
-    packing = pack(trace, args.alignment, args.strategy, args.budget, args.max_nodes)
+    open_regular(args.trace, "trace").close()  # a trace that is no file is said first
+    check_not_input(args.out, [args.trace])  # the trace is read whole before writing
+    packing = pack(
+        read_trace(args.trace), args.alignment, args.strategy, args.budget, args.max_nodes
+    )
     write_offsets(args.out, packing.offsets)  # errors are one-line UserErrors (files.py)
     print(
         f"{len(packing.offsets)} intervals packed ({args.strategy}) in "
