@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -32,6 +34,10 @@ class ServerProcess:
         env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep
                + os.environ.get("PYTHONPATH", "")}
         env.pop("TENSORPLAN_API_KEY", None)
+        # A temp directory of its own, so checks for left-over upload spools see this
+        # server's files only, not those of a server another test run has going.
+        self.tmp = Path(tempfile.mkdtemp(prefix="tensorplan-test-serve-"))
+        env["TMPDIR"] = str(self.tmp)
         self.log = open(  # noqa: SIM115 - kept open for the server's life
             f"/tmp/tensorplan-serve-{self.port}.log", "w+b")
         self.proc = subprocess.Popen(
@@ -63,6 +69,10 @@ class ServerProcess:
         return int(next(line.split()[1] for line in text.splitlines()
                         if line.startswith("Threads:")))
 
+    def spooled(self) -> list[Path]:
+        """Upload spool files this server has left in its temp directory."""
+        return list(self.tmp.glob("tensorplan-upload-*"))
+
     def output(self) -> str:
         self.log.flush()
         self.log.seek(0)
@@ -78,6 +88,7 @@ class ServerProcess:
                 self.proc.kill()
                 self.proc.wait()
         self.log.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
         return self.proc.returncode
 
 

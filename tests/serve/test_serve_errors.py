@@ -146,7 +146,7 @@ def test_an_upload_over_the_limit_without_content_length_is_413(server: ServerPr
     except (httpx.WriteError, httpx.RemoteProtocolError, httpx.ReadError):
         pass  # the server answered 413 and closed while we were still sending
     assert wait_idle(server)["busy_sessions"] == 0
-    assert not list(Path("/tmp").glob("tensorplan-upload-*")), "a spooled upload was left"
+    assert not server.spooled(), "a spooled upload was left"
 
 
 def test_a_queue_full_server_answers_429_with_retry_after(server: ServerProcess) -> None:
@@ -180,4 +180,4 @@ def test_a_queue_full_server_answers_429_with_retry_after(server: ServerProcess)
 def test_uploads_are_spooled_and_deleted(server: ServerProcess) -> None:
     _post(server, {"file": ("x.wav", io.BytesIO(JFK.read_bytes()), "audio/wav")})
     wait_idle(server)
-    assert not list(Path("/tmp").glob("tensorplan-upload-*"))
+    assert not server.spooled()

@@ -7,7 +7,6 @@ import json
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -81,7 +80,7 @@ def test_a_client_gone_mid_upload_frees_everything(server: ServerProcess) -> Non
     time.sleep(0.5)
     h = wait_idle(server)
     assert h["busy_sessions"] == 0 and h["queued"] == 0
-    assert not list(Path("/tmp").glob("tensorplan-upload-*"))
+    assert not server.spooled()
     assert _request(server, "json")
 
 

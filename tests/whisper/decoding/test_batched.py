@@ -29,14 +29,12 @@ def tiny(tiny_model_factory):
 
 
 @pytest.fixture(scope="module")
-def speech_2min() -> tuple[np.ndarray, str]:
+def speech_2min(tmp_path_factory: pytest.TempPathFactory) -> tuple[np.ndarray, str]:
     """~120 s of espeak-ng speech in several voices (bench/batched.py's generator)."""
     if shutil.which("espeak-ng") is None:  # .ci/run installs it; a bare machine skips
         pytest.skip("espeak-ng is not installed (apt-get install -y espeak-ng)")
     bench = _bench()
-    work = Path("/tmp/tensorplan-bench")
-    work.mkdir(exist_ok=True)
-    return bench.synthesize(120, 1, work)
+    return bench.synthesize(120, 1, tmp_path_factory.mktemp("speech"))
 
 
 def _bench():
