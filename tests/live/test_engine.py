@@ -168,6 +168,41 @@ def test_a_stream_commits_jfk_word_by_word(model: Any, jfk: np.ndarray) -> None:
     assert stream.decodes >= 4 and stream.max_span_s <= GREEDY.max_window_s
 
 
+class Recording:
+    """A real session that keeps the options of every decode it is asked for."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.options: list[TranscribeOptions] = []
+
+    def transcribe(self, audio: np.ndarray, options: TranscribeOptions) -> Any:
+        self.options.append(options)
+        return self.session.transcribe(audio, options)
+
+
+@needs_vad
+def test_partial_updates_are_greedy_and_the_last_decode_is_not(model: Any,
+                                                               jfk: np.ndarray) -> None:
+    """Beam 5 with fallback (the server's defaults) for the turn's last decode only: the
+    partial ones are redone every half second and are greedy at the first temperature."""
+    full = TranscribeOptions(beam_size=5, temperature=(0.0, 0.2, 0.4))
+    events: list[Any] = []
+    with model.session() as session:
+        rec = Recording(session)
+        run_stream(rec, events, jfk, None, LiveOptions(decoding=full), piece=8000)
+    *partial, last = rec.options
+    assert len(partial) >= 4
+    assert all(o.beam_size is None and o.temperature == (0.0,) for o in partial)
+    assert last.beam_size == 5 and last.temperature == full.temperature
+    (done,) = [e for e in events if isinstance(e, Completed)]
+    assert normalize(done.transcript) == normalize(GOLDEN)
+    with model.session() as session:  # the option to decode every update in full
+        rec = Recording(session)
+        run_stream(rec, [], jfk[:16000 * 3], None,
+                   LiveOptions(decoding=full, greedy_updates=False), piece=8000)
+    assert len(rec.options) >= 3 and all(o.beam_size == 5 for o in rec.options)
+
+
 class SpeakerOfSilence:
     """A session that hears jfk's last word, then "Thank you." in whatever silence follows
     it, as Whisper does on the pause that ends a turn."""

@@ -55,15 +55,25 @@ class LiveOptions:
     max_step_s: float = MAX_STEP_S
     trim_s: float = TRIM_S
     max_window_s: float = MAX_WINDOW_S
+    # partial updates decode greedily at the first temperature; the turn's last decode
+    # uses `decoding` whole (beams, fallback). False: every update uses `decoding`.
+    greedy_updates: bool = True
 
     def __post_init__(self) -> None:
         if not 0 < self.min_step_s <= self.max_step_s <= self.trim_s < self.max_window_s <= 29:
             raise ValueError("need 0 < min_step_s <= max_step_s <= trim_s < max_window_s <= 29")
 
-    def transcribe_options(self, prompt: str | None) -> TranscribeOptions:
-        """One update's options: one window, word times, the prompt given."""
+    def transcribe_options(self, prompt: str | None, final: bool = True) -> TranscribeOptions:
+        """One update's options: one window, word times, the prompt given. A partial
+        update (not `final`) is greedy where `greedy_updates` says so: its words are only
+        committed once the next update agrees, so it is redone often and cheap matters
+        more than the last bit of accuracy; the final decode gives the turn's tail."""
+        decoding = self.decoding
+        if self.greedy_updates and not final:
+            decoding = dataclasses.replace(decoding, beam_size=None, patience=None,
+                                           temperature=decoding.temperature[:1])
         return dataclasses.replace(
-            self.decoding, language=self.language or self.decoding.language,
+            decoding, language=self.language or self.decoding.language,
             initial_prompt=prompt or None, carry_initial_prompt=False,
             condition_on_previous_text=False, word_timestamps=True, vad_filter=False,
             clip_timestamps=(), batch_size=None, hallucination_silence_threshold=None,

@@ -260,7 +260,7 @@ class LiveStream:
             window = turn.audio.view(0, target).copy()
             offset_s = turn.offset_s
             said_until = turn.speech_end / SAMPLE_RATE + AFTER_SPEECH_S
-            options = self.options.transcribe_options(self._prompt(offset_s))
+            options = self.options.transcribe_options(self._prompt(offset_s), final)
         t0 = time.perf_counter()
         result = session.transcribe(window, options)
         elapsed = time.perf_counter() - t0
