@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
+from tensorplan.machine import return_free_memory
 from tensorplan.serve.errors import ApiError
 
 
@@ -142,6 +143,9 @@ class Scheduler:
             with self._lock:
                 self.busy -= 1
                 self.done += 1
+                idle = self.busy == 0 and self.queued == 0
+            if idle:
+                return_free_memory()
 
     def _lend(self, job: Job) -> Any:
         if self.engine is not None:
