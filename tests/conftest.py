@@ -11,6 +11,17 @@ import os
 
 from hypothesis import settings
 
+from tensorplan.machine import cores
+
+# `-n auto` (the README's command): one worker per core this process may use, at most
+# this many; each worker loads its own models and starts its own servers (1-2 GB each)
+MAX_WORKERS = 4
+
+
+def pytest_xdist_auto_num_workers(config: object) -> int:
+    return min(cores(), MAX_WORKERS)
+
+
 settings.register_profile("fast", max_examples=50, deadline=None)
 settings.register_profile("ci", max_examples=100, deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
