@@ -9,6 +9,7 @@ first, latest first) with --order.
 
     python bench/hard_traces.py [--counts 150 300 500] [--seeds 1 2] [--exact-budget 10]
     python bench/hard_traces.py --csv DIR/*.csv   # traces of your own, e.g. MiniMalloc's
+    python bench/hard_traces.py --counts 300 500 800 1000 --methods pack greedy-size ggml
 
 --csv packs trace files (`tensorplan pack`'s format, which MiniMalloc's benchmark CSVs
 share: id, lower, upper, size) instead of the generated families; their optimum is not
@@ -109,10 +110,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--order", choices=("shuffled", "small-first", "late-first"),
                     default="shuffled")
     ap.add_argument("--exact-budget", type=float, default=10.0, help="seconds per trace")
+    ap.add_argument("--methods", nargs="+", choices=list(methods(0.0)), metavar="NAME",
+                    help="which methods to run (default: all; exact doubles the time)")
     ap.add_argument("--csv", nargs="+", type=Path, metavar="FILE",
                     help="pack these trace files instead of the generated families")
     args = ap.parse_args(argv)
     ms = methods(args.exact_budget)
+    if args.methods:
+        ms = {name: ms[name] for name in args.methods}
     rows: list[list[object]] = []
     results: dict[str, list[tuple[float, float, bool]]] = {m: [] for m in ms}
     if args.csv:
