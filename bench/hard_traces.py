@@ -121,15 +121,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows: list[list[object]] = []
     results: dict[str, list[tuple[float, float, bool]]] = {m: [] for m in ms}
     if args.csv:
-        traces = [(path.stem, 0, _read(path)) for path in args.csv]
+        traces = [(path.stem, 0, 0, _read(path)) for path in args.csv]
     else:
-        traces = [(family, seed, make_trace(family, n, seed, args.order))
+        traces = [(family, n, seed, make_trace(family, n, seed, args.order))
                   for family in args.families for n in args.counts for seed in args.seeds]
-    for label, seed, intervals in traces:
+    by_count: dict[int, dict[str, list[tuple[float, float, bool]]]] = {}
+    for label, count, seed, intervals in traces:
         row: list[object] = [label, len(intervals), seed]
         for name, method in ms.items():
             ratio, sec, proven = measure(intervals, method)
             results[name].append((ratio, sec, proven))
+            by_count.setdefault(count, {}).setdefault(name, []).append((ratio, sec, proven))
             row += [f"{ratio:.3f}{'*' if proven else ''}", sec]
         rows.append(row)
         print(pm.table(_headers(ms), rows[-1:]).splitlines()[-1], flush=True)
@@ -139,6 +141,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(pm.table(_headers(ms), rows) + "\n")
     print(pm.table(["method", "traces", "median x", "mean x", "max x", "median s", "max s",
                     "proven"], [_summary(name, r) for name, r in results.items()]))
+    if len(by_count) > 1:  # the size sweep: the same summary per requested buffer count
+        print("\n### By buffer count\n")
+        print(pm.table(["buffers", "method", "traces", "median x", "mean x", "max x",
+                        "median s", "max s", "proven"],
+                       [[str(count), *_summary(name, r)]
+                        for count, per in sorted(by_count.items())
+                        for name, r in per.items()]))
     return 0
 
 
