@@ -174,6 +174,7 @@ def test_large_cut_rectangles_pack_at_the_bound(family: str, n: int, seed: int) 
     intervals = hard_traces.make_trace(family, n, seed, "shuffled")
     packing = pack(intervals, max_nodes=20_000, budget_s=60)
     assert packing.proven and packing.size == packing.lower_bound == hard_traces.CAPACITY
+    assert pack(intervals, max_nodes=20_000, budget_s=60) == packing  # deterministic
     lo, hi, size = _trace([(str(i), s, e, z) for i, s, e, z in intervals])
     assert valid(lo, hi, size, [packing.offsets[i] for i, *_ in intervals], packing.size)
 
