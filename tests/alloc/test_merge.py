@@ -196,3 +196,28 @@ def test_greedy_passes_on_the_merged_problems_start_the_search() -> None:
     assert packing.ratio < 1.0001
     lo, hi, size = _trace([(str(i), s, e, z) for i, s, e, z in intervals])
     assert valid(lo, hi, size, [packing.offsets[i] for i, *_ in intervals], packing.size)
+
+
+@pytest.mark.parametrize("family", ["pinwheel", "pinwheel-deep", "guillotine"])
+def test_every_guess_on_small_cut_rectangles_is_a_valid_packing(family: str) -> None:
+    # bench's generators at 20-60 pieces, where pinwheels nest in pinwheels and pieces are
+    # 1-2 steps or bytes wide: every block, stacked on the others, packs its items validly
+    import random
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    import plan_models
+
+    for seed in range(40):
+        rng = random.Random(seed)
+        rects = plan_models.GENERATORS[family](20 + seed, rng, 40, 64)
+        lo, hi = [r[0] for r in rects], [r[1] - 1 for r in rects]
+        size = [r[3] - r[2] for r in rects]
+        for _, max_stack, patient in GUESSES:
+            m = merge(lo, hi, size, max_stack, patient)
+            for a, e, z, block in zip(m.lo, m.hi, m.size, m.members, strict=True):
+                for k, rel in block:
+                    assert a <= lo[k] and hi[k] <= e and 0 <= rel and rel + size[k] <= z
+            stacked = [0, *accumulate(m.size)][:-1]
+            assert valid(lo, hi, size, m.expand(stacked), sum(m.size))
