@@ -9,6 +9,7 @@ first, latest first) with --order.
 
     python bench/hard_traces.py [--counts 150 300 500] [--seeds 1 2] [--exact-budget 10]
     python bench/hard_traces.py --csv DIR/*.csv   # traces of your own, e.g. MiniMalloc's
+    python bench/hard_traces.py --counts 300 500 800 1000 --methods pack greedy-size ggml
 
 --csv packs trace files (`tensorplan pack`'s format, which MiniMalloc's benchmark CSVs
 share: id, lower, upper, size) instead of the generated families; their optimum is not
@@ -109,22 +110,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--order", choices=("shuffled", "small-first", "late-first"),
                     default="shuffled")
     ap.add_argument("--exact-budget", type=float, default=10.0, help="seconds per trace")
+    ap.add_argument("--methods", nargs="+", choices=list(methods(0.0)), metavar="NAME",
+                    help="which methods to run (default: all; exact doubles the time)")
     ap.add_argument("--csv", nargs="+", type=Path, metavar="FILE",
                     help="pack these trace files instead of the generated families")
     args = ap.parse_args(argv)
     ms = methods(args.exact_budget)
+    if args.methods:
+        ms = {name: ms[name] for name in args.methods}
     rows: list[list[object]] = []
     results: dict[str, list[tuple[float, float, bool]]] = {m: [] for m in ms}
     if args.csv:
-        traces = [(path.stem, 0, _read(path)) for path in args.csv]
+        traces = [(path.stem, 0, 0, _read(path)) for path in args.csv]
     else:
-        traces = [(family, seed, make_trace(family, n, seed, args.order))
+        traces = [(family, n, seed, make_trace(family, n, seed, args.order))
                   for family in args.families for n in args.counts for seed in args.seeds]
-    for label, seed, intervals in traces:
+    by_count: dict[int, dict[str, list[tuple[float, float, bool]]]] = {}
+    for label, count, seed, intervals in traces:
         row: list[object] = [label, len(intervals), seed]
         for name, method in ms.items():
             ratio, sec, proven = measure(intervals, method)
             results[name].append((ratio, sec, proven))
+            by_count.setdefault(count, {}).setdefault(name, []).append((ratio, sec, proven))
             row += [f"{ratio:.3f}{'*' if proven else ''}", sec]
         rows.append(row)
         print(pm.table(_headers(ms), rows[-1:]).splitlines()[-1], flush=True)
@@ -134,6 +141,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(pm.table(_headers(ms), rows) + "\n")
     print(pm.table(["method", "traces", "median x", "mean x", "max x", "median s", "max s",
                     "proven"], [_summary(name, r) for name, r in results.items()]))
+    if len(by_count) > 1:  # the size sweep: the same summary per requested buffer count
+        print("\n### By buffer count\n")
+        print(pm.table(["buffers", "method", "traces", "median x", "mean x", "max x",
+                        "median s", "max s", "proven"],
+                       [[str(count), *_summary(name, r)]
+                        for count, per in sorted(by_count.items())
+                        for name, r in per.items()]))
     return 0
 
 

@@ -232,21 +232,43 @@ def guillotine(n: int, rng: random.Random, horizon: int, capacity: int,
     return pieces
 
 
-def pinwheel(n: int, rng: random.Random, horizon: int, capacity: int) -> list[Rect]:
+def pinwheel(n: int, rng: random.Random, horizon: int, capacity: int,
+             deep: bool = False) -> list[Rect]:
     """Split a random piece into five in a pinwheel (which no sequence of straight cuts
-    makes) or, a third of the time, in two, until there are about n pieces."""
+    makes) or, a third of the time, in two, until there are about n pieces.
+
+    deep=True nests: a quarter of the time the piece split is one of the last five made (so
+    pinwheels sit inside pinwheels), and cut points are drawn near the edges as often as
+    not (Beta(0.5, 0.5)), which spreads sizes and lifetimes over orders of magnitude."""
     pieces = [(0, horizon, 0, capacity)]
     while len(pieces) < n:
-        piece = pieces.pop(rng.randrange(len(pieces)))
+        near_end = deep and len(pieces) > 5 and rng.random() < 0.25
+        at = len(pieces) - 1 - rng.randrange(5) if near_end else rng.randrange(len(pieces))
+        piece = pieces.pop(at)
         t0, t1, y0, y1 = piece
         if t1 - t0 < 3 or y1 - y0 < 3 or rng.random() < 1 / 3:
             pieces += _cut(piece, rng)
             continue
-        a1, a2 = sorted(rng.sample(range(t0 + 1, t1), 2))
-        b1, b2 = sorted(rng.sample(range(y0 + 1, y1), 2))
+        if deep:
+            a1, a2 = sorted(_two_points(t0, t1, rng))
+            b1, b2 = sorted(_two_points(y0, y1, rng))
+        else:
+            a1, a2 = sorted(rng.sample(range(t0 + 1, t1), 2))
+            b1, b2 = sorted(rng.sample(range(y0 + 1, y1), 2))
         pieces += [(t0, a2, y0, b1), (a2, t1, y0, b2), (a1, t1, b2, y1), (t0, a1, b1, y1),
                    (a1, a2, b1, b2)]
     return pieces
+
+
+def _two_points(a: int, b: int, rng: random.Random) -> tuple[int, int]:
+    """Two distinct points strictly inside (a, b) (b - a >= 3), drawn from Beta(0.5, 0.5):
+    near the edges as often as not."""
+    inside = b - a - 1
+    while True:
+        p, q = (a + 1 + min(int(rng.betavariate(0.5, 0.5) * inside), inside - 1)
+                for _ in range(2))
+        if p != q:
+            return p, q
 
 
 def grid_merge(n: int, rng: random.Random, horizon: int, capacity: int) -> list[Rect]:
@@ -278,6 +300,7 @@ GENERATORS: dict[str, Callable[[int, random.Random, int, int], list[Rect]]] = {
     "guillotine": guillotine,
     "guillotine-skewed": lambda n, rng, h, c: guillotine(n, rng, h, c, skew=True),
     "pinwheel": pinwheel,
+    "pinwheel-deep": lambda n, rng, h, c: pinwheel(n, rng, h, c, deep=True),
     "grid-merge": grid_merge,
 }
 
