@@ -203,6 +203,49 @@ def test_partial_updates_are_greedy_and_the_last_decode_is_not(model: Any,
     assert len(rec.options) >= 3 and all(o.beam_size == 5 for o in rec.options)
 
 
+class Windows:
+    """A session that hears nothing and keeps the length of every window it decodes."""
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+
+    def transcribe(self, audio: np.ndarray, options: Any) -> Any:
+        from types import SimpleNamespace as Ns
+
+        self.seconds.append(len(audio) / 16000)
+        return Ns(segments=[])
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@needs_vad
+@pytest.mark.parametrize("live", [True, False])
+def test_a_live_stream_left_behind_catches_up_in_one_update(jfk: np.ndarray,
+                                                            live: bool) -> None:
+    """Audio that came in real time and waited 10 s (workers busy with other streams) is
+    decoded in one update, not in 3 s steps that would leave the stream further behind at
+    each; the same audio sent at once keeps its 3 s steps however long it waits."""
+    clock, session = Clock(), Windows()
+    stream = LiveStream(GREEDY, None, lambda events: None, clock=clock)
+    piece = 1600
+    for i in range(0, 16000 * 10, piece):
+        stream.append(jfk[i:i + piece])
+        clock.now += piece / 16000 if live else 0.0
+    clock.now += 0.0 if live else 10.0
+    stream.step(session)
+    assert session.seconds == [10.0 if live else GREEDY.max_step_s]
+    stream.append(jfk[16000 * 10:])  # later steps too, and never past a window
+    while stream.has_work():
+        stream.step(session)
+    assert max(session.seconds) <= GREEDY.max_window_s
+
+
 class SpeakerOfSilence:
     """A session that hears jfk's last word, then "Thank you." in whatever silence follows
     it, as Whisper does on the pause that ends a turn."""

@@ -45,6 +45,8 @@ PROMPT_WORDS = 100  # committed words remembered for prompts
 # words that start this long after the turn's last speech window are not speech: Whisper
 # writes "Thank you." into the silence that ends a turn, and two updates can agree on it
 AFTER_SPEECH_S = 0.5
+# audio that came over at least this share of its duration came live (at most 2x real time)
+REAL_TIME_SHARE = 0.5
 
 
 class Turn:
@@ -88,8 +90,12 @@ class Turn:
 class LiveStream:
     def __init__(self, options: LiveOptions, detection: TurnDetection | None,
                  emit: Callable[[list[Event]], None],
-                 wake: Callable[[], None] = lambda: None) -> None:
+                 wake: Callable[[], None] = lambda: None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.options = options
+        self._clock = clock
+        # (stream samples received after an append, when): how long audio has waited
+        self._arrivals: deque[tuple[int, float]] = deque()
         self.detection = detection
         self._emit = emit
         self._wake = wake
@@ -130,6 +136,7 @@ class LiveStream:
         with self._lock:
             start = self.received
             self.received += len(samples)
+            self._arrived()
             self._since_commit += len(samples)
             self._recent.append(samples)
             probs = self._probability.feed(samples)
@@ -221,6 +228,25 @@ class LiveStream:
         self._since_commit = 0
         return [Committed(turn.number)]
 
+    def _arrived(self) -> None:
+        """Note when the audio up to `received` came; forget what no turn waits on."""
+        self._arrivals.append((self.received, self._clock()))
+        first = (self._turns[0].offset + self._turns[0].decoded if self._turns
+                 else self.received)
+        while len(self._arrivals) > 1 and self._arrivals[0][0] <= first:
+            self._arrivals.popleft()
+
+    def _behind(self, sample: int, pending_s: float) -> bool:
+        """Whether the audio from stream sample `sample` on (`pending_s` of it) came about
+        as fast as it plays and has waited longer than a step. A client sending faster
+        than real time is never behind: its updates keep their fixed points."""
+        first = next((when for end, when in self._arrivals if end > sample), None)
+        if first is None:
+            return False
+        came_over_s = self._arrivals[-1][1] - first
+        return (self._clock() - first > self.options.max_step_s
+                and came_over_s >= REAL_TIME_SHARE * pending_s)
+
     def _recent_since(self, sample: int) -> np.ndarray:
         return self._recent.view(max(0, sample - self._recent_start)).copy()
 
@@ -255,7 +281,12 @@ class LiveStream:
                 turn.decoded = n
                 self._cut(turn, turn.offset_s + (n / SAMPLE_RATE) - 1.0)
                 return 0.0
-            target = min(n, turn.decoded + int(self.options.max_step_s * SAMPLE_RATE))
+            step = int(self.options.max_step_s * SAMPLE_RATE)
+            if self._behind(turn.offset + turn.decoded, (n - turn.decoded) / SAMPLE_RATE):
+                # more live streams than the workers keep up with: take all that waits,
+                # up to a whole window, or the stream falls further behind at every step
+                step = max(step, int(self.options.max_window_s * SAMPLE_RATE) - turn.decoded)
+            target = min(n, turn.decoded + step)
             final = turn.closed and target == n
             window = turn.audio.view(0, target).copy()
             offset_s = turn.offset_s
