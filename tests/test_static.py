@@ -16,7 +16,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "tensorplan"
 ALLOWED = {
     "alloc": {"alloc", "tensor", "dtype", "graph", "errors", "files", "machine"},
     "files": {"errors"},  # safe reads and writes: a leaf beside errors, usable by every layer
-    "machine": set(),  # the cores this process may use, its heap: a leaf, usable by every layer
+    "machine": set(),  # the cores this process may use: a leaf, usable by every layer
     "tensor": {"dtype"},
     "dtype": set(),
     "graph": {"tensor"},
@@ -35,7 +35,7 @@ ALLOWED = {
     # other libraries' APIs over the whisper package (faster-whisper's WhisperModel)
     "compat": {"compat", "whisper", "errors"},
     # the Wyoming protocol (Home Assistant) over sessions of the public whisper API
-    "wyoming": {"wyoming", "whisper", "errors", "machine"},
+    "wyoming": {"wyoming", "whisper", "errors"},
     # live transcription: streams over whisper's sessions, below every protocol
     "live": {"live", "whisper", "errors", "machine"},
 }
