@@ -23,7 +23,6 @@ from wyoming.ping import Ping, Pong
 from wyoming.server import AsyncEventHandler
 
 from tensorplan.errors import UserError
-from tensorplan.machine import return_free_memory
 from tensorplan.whisper.api import Whisper
 from tensorplan.whisper.options import TranscribeOptions
 from tensorplan.whisper.result import Segment, TranscriptionResult
@@ -42,7 +41,6 @@ class Shared:
     options: TranscribeOptions
     sessions: asyncio.Semaphore
     max_seconds: float
-    decoding: int = 0  # utterances being decoded now, over all connections
 
 
 class Handler(AsyncEventHandler):
@@ -118,17 +116,11 @@ class Handler(AsyncEventHandler):
                 loop.call_soon_threadsafe(texts.put_nowait, None)
 
         async with self.shared.sessions:
-            self.shared.decoding += 1
-            try:
-                await self.write_event(TranscriptStart(language=self.language).event())
-                decoding = loop.run_in_executor(None, run)
-                while (text := await texts.get()) is not None:
-                    await self.write_event(TranscriptChunk(text=text).event())
-                result = await decoding
-            finally:
-                self.shared.decoding -= 1
-        if self.shared.decoding == 0:  # idle: the decode's freed heap goes back to the OS
-            await loop.run_in_executor(None, return_free_memory)
+            await self.write_event(TranscriptStart(language=self.language).event())
+            decoding = loop.run_in_executor(None, run)
+            while (text := await texts.get()) is not None:
+                await self.write_event(TranscriptChunk(text=text).event())
+            result = await decoding
         await self.write_event(TranscriptStop().event())
         await self.write_event(Transcript(text=result.text.strip(),
                                           language=result.language).event())
