@@ -83,7 +83,7 @@ def merge(
         other = _pinwheels(blocks, fresh)
         other = _continue(blocks, fresh) or other
         if other or stacked:
-            stack_now = not (patient and (other or stacked))
+            stack_now = not patient
         elif not stack_now:
             stack_now = True  # only stacks are left to try
         else:
@@ -112,7 +112,7 @@ def _stack(
             sizes_at |= {(a, z), (-1 - e, z)}
     merged = False
     for (a, e), group in same_times.items():
-        if len(group) < 2 or 0 < max_stack < len(group) or max_stack == 1:
+        if len(group) < 2 or 0 < max_stack < len(group):
             continue
         if matched:
             total = sum(blocks[b][2] for b in group)
