@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import os
-from typing import Any
+from collections.abc import Callable
 
 
 def cores() -> int:
@@ -21,16 +22,16 @@ def return_free_memory() -> None:
     so after one big request the next ones' arrays come from the heap and arenas, and
     their freed pages stay with the process: a server that ran a 4-window, 16-beam batch
     kept 230-310 MB of it. Called when a server goes idle, where the trim costs nobody."""
-    global _trim
-    if _trim is None:
-        try:
-            import ctypes
-
-            _trim = ctypes.CDLL("libc.so.6").malloc_trim
-        except (OSError, AttributeError):  # not glibc
-            _trim = False
-    if _trim:
-        _trim(0)
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
-_trim: Any = None
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    import ctypes  # here: only a server going idle needs it, not every start-up
+
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
