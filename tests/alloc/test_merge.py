@@ -4,13 +4,17 @@ guesses rebuild the rectangle."""
 
 from __future__ import annotations
 
+import random
+import sys
 import time
 from itertools import accumulate
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tensorplan.alloc import pack
 from tensorplan.alloc.offline import load
 from tensorplan.alloc.search.dfs import Outcome, Problem, Status, decide
 from tensorplan.alloc.search.improve import _attempt, _Budget, _Guess, improve
@@ -18,6 +22,10 @@ from tensorplan.alloc.search.merge import GUESSES, Merged, guesses, merge
 
 from .test_pack import cut_rectangle
 from .test_search import Items, items, valid
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import hard_traces  # noqa: E402
+import plan_models  # noqa: E402
 
 
 def _trace(intervals: list[tuple[str, int, int, int]]) -> Items:
@@ -163,14 +171,6 @@ def test_large_cut_rectangles_pack_at_the_bound(family: str, n: int, seed: int) 
     # bench's cut rectangles (optimum = bound), packed at the bound through the pinwheel
     # and patient guesses within a node limit (so the same on every machine); before
     # them, 1.145x and 1.111x with the same 20k nodes
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-    import hard_traces
-
-    from tensorplan.alloc import pack
-
     intervals = hard_traces.make_trace(family, n, seed, "shuffled")
     packing = pack(intervals, max_nodes=20_000, budget_s=60)
     assert packing.proven and packing.size == packing.lower_bound == hard_traces.CAPACITY
@@ -183,14 +183,6 @@ def test_greedy_passes_on_the_merged_problems_start_the_search() -> None:
     # bench's 800-buffer guillotine trace (seed 1): the greedy passes on the buffers pack
     # it 1.46x, on the patient stacks (32 blocks) 3 bytes above the bound (of 1 MiB),
     # before the search's first node
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-    import hard_traces
-
-    from tensorplan.alloc import pack
-
     intervals = hard_traces.make_trace("guillotine", 800, 1, "shuffled")
     packing = pack(intervals, max_nodes=1, budget_s=60)
     assert packing.ratio < 1.0001
@@ -202,13 +194,6 @@ def test_greedy_passes_on_the_merged_problems_start_the_search() -> None:
 def test_every_guess_on_small_cut_rectangles_is_a_valid_packing(family: str) -> None:
     # bench's generators at 20-60 pieces, where pinwheels nest in pinwheels and pieces are
     # 1-2 steps or bytes wide: every block, stacked on the others, packs its items validly
-    import random
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-    import plan_models
-
     for seed in range(40):
         rng = random.Random(seed)
         rects = plan_models.GENERATORS[family](20 + seed, rng, 40, 64)
