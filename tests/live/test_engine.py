@@ -208,11 +208,13 @@ class Windows:
 
     def __init__(self) -> None:
         self.seconds: list[float] = []
+        self.options: list[TranscribeOptions] = []
 
     def transcribe(self, audio: np.ndarray, options: Any) -> Any:
         from types import SimpleNamespace as Ns
 
         self.seconds.append(len(audio) / 16000)
+        self.options.append(options)
         return Ns(segments=[])
 
 
@@ -244,6 +246,67 @@ def test_a_live_stream_left_behind_catches_up_in_one_update(jfk: np.ndarray,
     while stream.has_work():
         stream.step(session)
     assert max(session.seconds) <= GREEDY.max_window_s
+
+
+@needs_vad
+@pytest.mark.parametrize("live", [True, False])
+def test_a_live_stream_left_behind_ends_its_turn_greedily(jfk: np.ndarray, live: bool) -> None:
+    """Behind live audio, the turn's last decode sheds its beams and fallback (it would
+    make every stream waiting behind this one later still); a client that sent its audio
+    at once and is not behind gets the full decoding."""
+    full = TranscribeOptions(beam_size=5, temperature=(0.0, 0.2, 0.4))
+    clock, session = Clock(), Windows()
+    stream = LiveStream(LiveOptions(decoding=full), None, lambda events: None, clock=clock)
+    piece = 1600
+    for i in range(0, 16000 * 5, piece):
+        stream.append(jfk[i:i + piece])
+        clock.now += piece / 16000 if live else 0.0
+    assert stream.commit()
+    while stream.has_work():
+        stream.step(session)
+    last = session.options[-1]
+    assert (last.beam_size, last.temperature) == ((None, (0.0,)) if live else (5, full.temperature))
+    assert stream.idle()
+
+
+class Teller:
+    """A session that hears one word 0.5 s into every 3 s of the audio it is given."""
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+
+    def transcribe(self, audio: np.ndarray, options: Any) -> Any:
+        from types import SimpleNamespace as Ns
+
+        self.seconds.append(len(audio) / 16000)
+        words = [Ns(start=t + 0.5, end=t + 0.8, word=f" w{int(t)}")
+                 for t in range(0, int(len(audio) / 16000), 3)]
+        return Ns(segments=[Ns(end=len(audio) / 16000, words=words)])
+
+
+@needs_vad
+@pytest.mark.parametrize("live", [True, False])
+def test_closed_turns_waiting_behind_live_audio_share_one_decode(jfk: np.ndarray,
+                                                                 live: bool) -> None:
+    """Three 3 s turns that came in real time and waited are decoded in one window, and
+    each turn gets its own words back, in order; sent at once, they are decoded one by
+    one (a client faster than real time keeps fixed decodes)."""
+    clock, session, events = Clock(), Teller(), []
+    stream = LiveStream(GREEDY, None, events.extend, clock=clock)
+    piece = 1600
+    for turn in range(3):
+        for i in range(16000 * 3 * turn, 16000 * 3 * (turn + 1), piece):
+            stream.append(jfk[i:i + piece])
+            clock.now += piece / 16000 if live else 0.0
+        assert stream.commit()
+    while stream.has_work():
+        stream.step(session)
+    assert session.seconds == ([9.0] if live else [3.0, 3.0, 3.0])
+    done = [e for e in events if isinstance(e, Completed)]
+    assert [(e.turn, e.transcript) for e in done] == \
+        ([(1, "w0"), (2, "w3"), (3, "w6")] if live else [(1, "w0"), (2, "w0"), (3, "w0")])
+    assert [w.start for e in done for w in e.words] == [0.5, 3.5, 6.5]
+    assert stream.idle()
 
 
 class SpeakerOfSilence:

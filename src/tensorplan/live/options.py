@@ -58,6 +58,9 @@ class LiveOptions:
     # partial updates decode greedily at the first temperature; the turn's last decode
     # uses `decoding` whole (beams, fallback). False: every update uses `decoding`.
     greedy_updates: bool = True
+    # and so is the last decode of a stream that fell behind live audio (more streams
+    # than the machine decodes in real time): load shed, so the backlog stops growing
+    greedy_when_behind: bool = True
 
     def __post_init__(self) -> None:
         if not 0 < self.min_step_s <= self.max_step_s <= self.trim_s < self.max_window_s <= 29:

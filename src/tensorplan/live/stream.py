@@ -282,22 +282,27 @@ class LiveStream:
                 self._cut(turn, turn.offset_s + (n / SAMPLE_RATE) - 1.0)
                 return 0.0
             step = int(self.options.max_step_s * SAMPLE_RATE)
-            if self._behind(turn.offset + turn.decoded, (n - turn.decoded) / SAMPLE_RATE):
+            behind = self._behind(turn.offset + turn.decoded, (n - turn.decoded) / SAMPLE_RATE)
+            if behind:
                 # more live streams than the workers keep up with: take all that waits,
                 # up to a whole window, or the stream falls further behind at every step
                 step = max(step, int(self.options.max_window_s * SAMPLE_RATE) - turn.decoded)
             target = min(n, turn.decoded + step)
             final = turn.closed and target == n
-            window = turn.audio.view(0, target).copy()
+            # behind, closed turns waiting after this one are decoded with it, in one window
+            group = self._waiting_turns(n) if final and behind else [turn]
+            starts = np.cumsum([0] + [len(t.audio) for t in group[:-1]])
+            window = np.concatenate([turn.audio.view(0, target)]
+                                    + [t.audio.view(0, len(t.audio)) for t in group[1:]])
             offset_s = turn.offset_s
-            said_until = turn.speech_end / SAMPLE_RATE + AFTER_SPEECH_S
-            options = self.options.transcribe_options(self._prompt(offset_s), final)
+            # behind, the turn's last decode is as cheap as an update: full decoding (beams,
+            # fallback) would cost every stream waiting behind this one about 30% more
+            thorough = final and not (behind and self.options.greedy_when_behind)
+            options = self.options.transcribe_options(self._prompt(offset_s), thorough)
         t0 = time.perf_counter()
         result = session.transcribe(window, options)
         elapsed = time.perf_counter() - t0
-        words = [TimedWord(offset_s + w.start, offset_s + w.end, w.word)
-                 for s in result.segments for w in (s.words or ())
-                 if offset_s + w.start <= said_until]
+        heard = self._heard(result.segments, group, starts)
         segment_ends = [offset_s + s.end for s in result.segments]
         span = len(window) / SAMPLE_RATE
         with self._lock:
@@ -307,15 +312,45 @@ class LiveStream:
             if turn.dropped:
                 return span
             turn.decoded = target
-            events = self._delta(turn, turn.agreement.insert(words, final))
-            if final:
-                self._turns.popleft()
-                events += self._finish(turn)
-            else:
+            if not final:
+                events = self._delta(turn, turn.agreement.insert(heard[0], False))
                 events += self._trim(turn, segment_ends, offset_s + span)
                 events += self._tail(turn)
+            else:
+                events = []
+                for t, words in zip(group, heard, strict=True):
+                    t.decoded = len(t.audio)
+                    events += self._delta(t, t.agreement.insert(words, True))
+                    self._turns.popleft()
+                    events += self._finish(t)
             self._emit(events)
         return span
+
+    def _waiting_turns(self, n: int) -> list[Turn]:
+        """The first turn and the closed turns with speech right after it, as many as fit
+        in one window with its `n` samples: a stream that fell behind live audio decodes
+        them at once (one encoder pass for all), in order."""
+        group, total = [self._turns[0]], n
+        for t in list(self._turns)[1:]:
+            total += len(t.audio)
+            if not t.closed or t.speech_windows == 0 or \
+                    total > self.options.max_window_s * SAMPLE_RATE:
+                break
+            group.append(t)
+        return group
+
+    @staticmethod
+    def _heard(segments: Any, group: list[Turn], starts: np.ndarray) -> list[list[TimedWord]]:
+        """Each turn's words of a decode over its turns' audio laid end to end (the turn
+        of a word is where it starts), in stream time; words that start more than
+        AFTER_SPEECH_S after a turn's last speech are dropped."""
+        heard: list[list[TimedWord]] = [[] for _ in group]
+        for w in (w for s in segments for w in (s.words or ())):
+            i = max(0, int(np.searchsorted(starts, w.start * SAMPLE_RATE, "right")) - 1)
+            turn, shift = group[i], group[i].offset_s - starts[i] / SAMPLE_RATE
+            if w.start + shift <= turn.speech_end / SAMPLE_RATE + AFTER_SPEECH_S:
+                heard[i].append(TimedWord(w.start + shift, w.end + shift, w.word))
+        return heard
 
     def fail(self, error: BaseException) -> None:
         """A decode raised: the turn it was for fails, the stream goes on."""
