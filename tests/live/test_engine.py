@@ -125,7 +125,9 @@ def test_g711_and_pcm_decoding() -> None:
 def model() -> Any:
     from tensorplan.whisper import load_model
 
-    return load_model("tiny.en")
+    # int8, as `tensorplan serve` runs it: these test the policy, and it decodes the
+    # dozens of updates they make 1.6x faster than float32
+    return load_model("tiny.en", compute_type="int8")
 
 
 @pytest.fixture(scope="module")
@@ -187,15 +189,16 @@ def test_partial_updates_are_greedy_and_the_last_decode_is_not(model: Any,
     partial ones are redone every half second and are greedy at the first temperature."""
     full = TranscribeOptions(beam_size=5, temperature=(0.0, 0.2, 0.4))
     events: list[Any] = []
-    with model.session() as session:
+    with model.session() as session:  # jfk's first 5 s: the whole of it is the test above
         rec = Recording(session)
-        run_stream(rec, events, jfk, None, LiveOptions(decoding=full), piece=8000)
+        run_stream(rec, events, jfk[:16000 * 5], None, LiveOptions(decoding=full),
+                   piece=8000)
     *partial, last = rec.options
     assert len(partial) >= 4
     assert all(o.beam_size is None and o.temperature == (0.0,) for o in partial)
     assert last.beam_size == 5 and last.temperature == full.temperature
     (done,) = [e for e in events if isinstance(e, Completed)]
-    assert normalize(done.transcript) == normalize(GOLDEN)
+    assert normalize(done.transcript).startswith("and so my fellow americans")
     with model.session() as session:  # the option to decode every update in full
         rec = Recording(session)
         run_stream(rec, [], jfk[:16000 * 3], None,

@@ -34,9 +34,12 @@ def test_threads_sharing_one_model_get_the_single_thread_transcripts(
         tiny_model_factory: Any, jfk_audio: np.ndarray, backend: str) -> None:
     model = tiny_model_factory("joint", backend=backend)
     clips = (jfk_audio, jfk_audio[: 16_000 * 6])  # different lengths interleave differently
-    want = {(c, o): _fingerprint(model.transcribe(clip, **opts))
-            for c, clip in enumerate(clips) for o, opts in enumerate(OPTION_SETS)}
     n_threads, n_calls = 3, 2
+    # (clip, option set) of call m of thread t: four pairs, both clips, every option set
+    plan = {(t, m): ((t + m) % len(clips), (t + 2 * m) % len(OPTION_SETS))
+            for t in range(n_threads) for m in range(n_calls)}
+    want = {(c, o): _fingerprint(model.transcribe(clips[c], **OPTION_SETS[o]))
+            for c, o in sorted(set(plan.values()))}
     got: dict[tuple[int, int, int], Any] = {}
     errors: list[BaseException] = []
     start = threading.Barrier(n_threads)
@@ -45,7 +48,7 @@ def test_threads_sharing_one_model_get_the_single_thread_transcripts(
         try:
             start.wait()
             for m in range(n_calls):
-                c, o = (t + m) % len(clips), (t + 2 * m) % len(OPTION_SETS)
+                c, o = plan[t, m]
                 got[t, m, c * 10 + o] = _fingerprint(model.transcribe(clips[c],
                                                                       **OPTION_SETS[o]))
         except BaseException as e:  # noqa: BLE001 - reported below
