@@ -8,7 +8,8 @@ The ceiling is one process transcribing the same file sequentially with the Pyth
 HTTP, no queue), measured before and after the levels: `ratio` is the server's throughput
 over it. `--engines 8,0` runs each setting with the step engine (8 windows) and without it
 (each request alone on a session), one server each. `--behind 600` adds the fairness
-case: jfk.wav sent 2 s after a 600 s file, its latency against its own solo latency.
+case: jfk.wav sent 2 s after 600 s of espeak-ng speech, its latency against its own solo
+latency.
 
     python bench/serve.py [--compute-types float32,int8] [--levels 1,2,4,8,16] [--requests 2]
                           [--sessions N] [--server-args "..."] [--files jfk,long]
@@ -153,13 +154,35 @@ def sequential(path: Path, n: int, compute_type: str, beam: str) -> float:
     return float(out.stdout.split()[-1])
 
 
+def speech_wav(seconds: float) -> bytes:
+    """`seconds` of espeak-ng speech with pauses (bench/batched.py's generator, cached in
+    the system's temp directory): a long file whose every window has words to decode, as
+    a real recording does (a file padded with silence decodes in about a second)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from batched import synthesize  # noqa: PLC0415
+
+    work = Path(tempfile.gettempdir()) / "tensorplan-bench"
+    work.mkdir(exist_ok=True)
+    samples, _ = synthesize(seconds, seed=27, work=work)
+    pcm = (samples.clip(-1, 1) * 32767).astype("<i2").tobytes()
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(16000)
+        out.writeframes(pcm)
+    return buf.getvalue()
+
+
 def behind(server: Server, long_seconds: float) -> dict[str, float]:
-    """jfk.wav alone, then sent 2 s after a long file: both latencies, and the file's."""
+    """jfk.wav alone, then sent 2 s after a long file of speech: both latencies, and the
+    file's."""
     short = JFK.read_bytes()
     solo = post(server.url, "jfk.wav", short)
+    long_file = speech_wav(long_seconds)
     out: dict[str, float] = {}
     worker = threading.Thread(target=lambda: out.update(
-        long_s=post(server.url, "long.wav", tiled_wav(long_seconds))))
+        long_s=post(server.url, "long.wav", long_file)))
     worker.start()
     time.sleep(2)
     out.update(short_solo_s=solo, short_behind_s=post(server.url, "jfk.wav", short))
