@@ -9,6 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 from fakes import FakeModel, FakeTokenizer, Window, logits_from, script, table
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tensorplan.whisper.decoding.window import (
     ApplyTimestampRules,
@@ -23,6 +25,7 @@ from tensorplan.whisper.decoding.window import (
     detect_language,
     initial_tokens,
     suppressed_tokens,
+    top_k,
 )
 from tensorplan.whisper.model_files.ct2_weights import WhisperConfig
 from tensorplan.whisper.options import DecodingOptions
@@ -204,6 +207,17 @@ def test_sampling_never_picks_a_suppressed_token() -> None:
 BEAM_TABLE = {None: {HELLO: 0.55, WORLD: 0.45}, HELLO: {FOO: 0.34, BAR: 0.33, BAZ: 0.33},
               FOO: {TOK.eot: 1.0}, BAR: {TOK.eot: 1.0}, BAZ: {TOK.eot: 1.0},
               WORLD: {TOK.eot: 1.0}}
+
+
+@given(values=st.lists(st.one_of(st.sampled_from([-np.inf, -30.0, -10.0, -9.5, 0.0]),
+                                 st.floats(-60, 5, width=32)), min_size=1, max_size=80),
+       k=st.integers(1, 90))
+def test_top_k_is_a_stable_sort_by_value_cut_at_k(values: list[float], k: int) -> None:
+    """The beams' pick: the k largest, best first, equal values in index order, also at
+    the k-th place (the margins that skip most of the vocabulary change nothing)."""
+    row = np.array(values, np.float32)
+    want = np.lexsort((np.arange(len(row)), -row))[:k]
+    assert top_k(row, k).tolist() == want.tolist()
 
 
 def test_beam_search_finds_the_better_sequence_greedy_misses() -> None:
