@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from tensorplan.alloc.search.dfs import Outcome, OutOfTime, Problem, Status, decide
 from tensorplan.alloc.search.merge import Merged, guesses
+from tensorplan.alloc.search.repair import repair
 from tensorplan.alloc.search.valleys import find
 
 VALLEY_NODES = 40  # per item, per valley restart: its finds took 1-30 per item
@@ -47,6 +48,11 @@ BOUND_PART = 2  # the bound's attempt gets 1/BOUND_PART of the nodes (and time)
 # quarter of the time left each) from 1.049x to 1.051x until the clock ran out.
 SWEEP_GAP = 512
 GUESS_SHARE = 8  # each merged problem (merge.py) gets this fraction of a capacity's nodes
+# The repair (repair.py) after the search: the share of the time the search leaves it (it
+# also gets whatever the search does not use), and its own work limit in moves per item,
+# so that where the moves run out first the result depends only on the input.
+REPAIR_SHARE = 0.3
+REPAIR_MOVES = 100
 
 
 # the caller's greedy passes: (lo, hi inclusive, sizes) -> offsets
@@ -90,14 +96,45 @@ def improve(
     deadline: float,
     split_time: bool = False,
     greedy: Greedy | None = None,
+    repairs: bool = False,
 ) -> Improved:
     """Search below the packing `start` = (offsets, height) of items live over inclusive
     [lo, hi]; never returns a worse packing than `start`. `greedy` (the caller's greedy
     passes: offsets for items over inclusive [lo, hi] with sizes) also packs each merged
-    problem before the search, and the lowest of those packings is where it starts."""
+    problem before the search, and the lowest of those packings is where it starts.
+    `repairs`: where the search ends unproven, the repair (repair.py) goes on from its best
+    packing, with REPAIR_SHARE of the time kept back from the search for it."""
     offsets, best = start
     if best <= bound:
         return Improved(offsets, best, True, 0)
+    end = deadline
+    if repairs:
+        now = time.perf_counter()
+        deadline = now + (deadline - now) * (1 - REPAIR_SHARE)
+    found = _bisect(lo, hi, size, (offsets, best), bound, max_nodes, deadline, split_time,
+                    greedy)
+    if not repairs or found.proven or time.perf_counter() > end:
+        return found
+    offsets, height, _ = repair(lo, hi, size, found.offsets, found.height, bound, end,
+                                REPAIR_MOVES * len(size))
+    if height >= found.height:
+        return found
+    return Improved(offsets, height, height <= bound, found.nodes)
+
+
+def _bisect(
+    lo: Sequence[int],
+    hi: Sequence[int],
+    size: Sequence[int],
+    start: tuple[list[int], int],
+    bound: int,
+    max_nodes: int,
+    deadline: float,
+    split_time: bool,
+    greedy: Greedy | None,
+) -> Improved:
+    """improve's search: the greedy passes on the merged problems, then the bisection."""
+    offsets, best = start
     try:  # building the problems of a dense trace can take longer than the whole budget
         p = Problem(lo, hi, size, deadline)
         merged = [_Guess(m, Problem(m.lo, m.hi, m.size, deadline))
