@@ -12,7 +12,9 @@ Imamichi et al.'s nesting searches: an item has one free coordinate here, its of
 its best offset is found exactly by one sweep over a piecewise-linear function). No
 overlap left is a packing in C: it is pushed down (each item, by offset, to the lowest
 offset free of those below it), kept, and the next capacity asked for is lower. A capacity
-not reached within its share of moves is given up, and the next asks for half the step.
+not reached within its share of moves is given up, and the next asks for half the step;
+where not even one byte less was reached, it starts again from the best packing with the
+first step (its shuffles differ).
 
 It counts moves, and stops at `max_moves` or at `deadline`. Every packing it returns is
 complete and valid, and never higher than the one it was given.
@@ -61,8 +63,8 @@ def repair(
             best_h = max((best[k] + size[k] for k in items), default=0)
         elif step > 1:
             step = max(step // 2, 1)
-        else:
-            break
+        else:  # not even one byte lower: again from the best, with other shuffles
+            step = max(int(bound * FIRST_STEP), 1)
     return best, best_h, spent
 
 
