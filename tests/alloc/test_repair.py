@@ -75,3 +75,15 @@ def test_packs_through_pack_stay_valid_on_a_trace_the_search_leaves() -> None:
     assert valid(lo, hi, size, packed.offsets, packed.total)
     assert packed.total <= greedy.total
     assert solve(lo, hi, size, budget_s=60, max_nodes=1) == packed
+
+
+def test_too_many_meetings_keep_the_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tensorplan.alloc.search import repair as module
+
+    intervals = cut_rectangle(3, depth=6)
+    lo = [s for _, s, _, _ in intervals]
+    hi = [e - 1 for _, _, e, _ in intervals]
+    size = [z for *_, z in intervals]
+    start = _stacked(size)
+    monkeypatch.setattr(module, "MAX_MEETINGS", 0)
+    assert _check(lo, hi, size, start, 20_000) == (start[0], start[1], 0)

@@ -30,6 +30,9 @@ from tensorplan.alloc.search.dfs import OutOfTime, _overlaps
 
 FIRST_STEP = 0.01  # the first capacity asked for: H less this fraction of the bound
 MOVES_PER_ITEM = 30  # moves a capacity gets, per item, before it is given up
+# Past this many (item, item it meets) entries the tables (four per entry) would take
+# hundreds of MB: no repair. The 1,000-buffer traces of bench/hard_traces.py have 50-80k.
+MAX_MEETINGS = 2_000_000
 SEED = 0x5EED
 
 
@@ -47,9 +50,11 @@ def repair(
     items = [k for k in range(n) if size[k] > 0]
     try:
         nbrs = _overlaps(items, list(lo), [h + 1 for h in hi], deadline)
+        if sum(map(len, nbrs)) > MAX_MEETINGS:
+            return best, best_h, 0
+        ls = _Local(lo, hi, size, items, nbrs, deadline)
     except OutOfTime:
         return best, best_h, 0
-    ls = _Local(lo, hi, size, items, nbrs)
     rng = random.Random(SEED)
     step = max(int(bound * FIRST_STEP), 1)
     spent = 0
@@ -73,14 +78,29 @@ class _Local:
     its neighbours' lists (so a pair's weight is kept on both sides)."""
 
     def __init__(self, lo: Sequence[int], hi: Sequence[int], size: Sequence[int],
-                 items: list[int], nbrs: list[list[int]]) -> None:
+                 items: list[int], nbrs: list[list[int]], deadline: float) -> None:
+        """OutOfTime past `deadline`."""
+        n = len(size)
+        for k in range(n):
+            nbrs[k].sort()
         self.size = size
         self.items = items
         self.nbrs = nbrs
         self.shared = [[min(hi[k], hi[j]) - max(lo[k], lo[j]) + 1 for j in nbrs[k]]
-                       for k in range(len(size))]
-        where = [{j: i for i, j in enumerate(nbrs[k])} for k in range(len(size))]
-        self.back = [[where[j][k] for j in nbrs[k]] for k in range(len(size))]
+                       for k in range(n)]
+        # with every list sorted, the items below j in j's list come in the order this
+        # loop meets them: a cursor per item gives each pair's place on the other side
+        self.back = [[0] * len(nbrs[k]) for k in range(n)]
+        cursor = [0] * n
+        for k in range(n):
+            if k % 64 == 0 and time.perf_counter() > deadline:
+                raise OutOfTime
+            back_k = self.back[k]
+            for i, j in enumerate(nbrs[k]):
+                if j > k:
+                    back_k[i] = cursor[j]
+                    self.back[j][cursor[j]] = i
+                    cursor[j] += 1
 
     def fit(self, cap: int, start: list[int], rng: random.Random, deadline: float,
             moves: int) -> tuple[list[int] | None, int]:
