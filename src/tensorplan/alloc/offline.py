@@ -345,9 +345,10 @@ def solve(
         return solve(list(lo), list(hi), list(size), UNLIMITED, budget_s, orders, 0).offsets
 
     if max_nodes is not None:
-        found = improve(*times, size, start, bound, max_nodes, deadline, True, greedy)
+        found = improve(*times, size, start, bound, max_nodes, deadline, True, greedy, True)
     else:  # exact: the default search first, so never worse than offline, then the clock
-        found = improve(*times, size, start, bound, DEFAULT_MAX_NODES, deadline, True, greedy)
+        found = improve(*times, size, start, bound, DEFAULT_MAX_NODES, deadline, True, greedy,
+                        True)
         if not found.proven and time.perf_counter() < deadline:
             found = _exact_rest(lo, hi, size, found, bound, deadline)
     return Packed(found.offsets, best.chunks, [found.height], found.proven)
