@@ -295,9 +295,11 @@ class LiveStream:
             window = np.concatenate([turn.audio.view(0, target)]
                                     + [t.audio.view(0, len(t.audio)) for t in group[1:]])
             offset_s = turn.offset_s
-            # behind, the turn's last decode is as cheap as an update: full decoding (beams,
-            # fallback) would cost every stream waiting behind this one about 30% more
-            thorough = final and not (behind and self.options.greedy_when_behind)
+            # behind with turns waiting, their shared last decode is as cheap as an update:
+            # full decoding (beams, fallback) would cost every stream waiting behind this
+            # one about 30% more. One turn alone keeps it (greedy writes "you" into the
+            # silence that ends a turn more often)
+            thorough = final and not (len(group) > 1 and self.options.greedy_when_behind)
             options = self.options.transcribe_options(self._prompt(offset_s), thorough)
         t0 = time.perf_counter()
         result = session.transcribe(window, options)
