@@ -160,18 +160,14 @@ def speech_wav(seconds: float) -> bytes:
     a real recording does (a file padded with silence decodes in about a second)."""
     sys.path.insert(0, str(ROOT / "bench"))
     from batched import synthesize  # noqa: PLC0415
+    from memory import write_wav  # noqa: PLC0415
 
     work = Path(tempfile.gettempdir()) / "tensorplan-bench"
     work.mkdir(exist_ok=True)
     samples, _ = synthesize(seconds, seed=27, work=work)
-    pcm = (samples.clip(-1, 1) * 32767).astype("<i2").tobytes()
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(16000)
-        out.writeframes(pcm)
-    return buf.getvalue()
+    path = work / f"speech_{seconds:g}s_27.wav"
+    write_wav(path, samples)
+    return path.read_bytes()
 
 
 def behind(server: Server, long_seconds: float) -> dict[str, float]:
