@@ -58,8 +58,9 @@ class LiveOptions:
     # partial updates decode greedily at the first temperature; the turn's last decode
     # uses `decoding` whole (beams, fallback). False: every update uses `decoding`.
     greedy_updates: bool = True
-    # and so is the last decode of a stream that fell behind live audio (more streams
-    # than the machine decodes in real time): load shed, so the backlog stops growing
+    # and so is a last decode shared by several turns of a stream that fell behind live
+    # audio (more streams than the machine decodes in real time): load shed, so the
+    # backlog stops growing; a turn decoded alone keeps `decoding`
     greedy_when_behind: bool = True
 
     def __post_init__(self) -> None:

@@ -10,6 +10,7 @@ audio its next decode needs: it is trimmed at committed segment ends (docs/realt
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -290,7 +291,7 @@ class LiveStream:
             target = min(n, turn.decoded + step)
             final = turn.closed and target == n
             # behind, closed turns waiting after this one are decoded with it, in one window
-            group = self._waiting_turns(n) if final and behind else [turn]
+            group = self._waiting_turns() if final and behind else [turn]
             starts = np.cumsum([0] + [len(t.audio) for t in group[:-1]])
             window = np.concatenate([turn.audio.view(0, target)]
                                     + [t.audio.view(0, len(t.audio)) for t in group[1:]])
@@ -328,12 +329,12 @@ class LiveStream:
             self._emit(events)
         return span
 
-    def _waiting_turns(self, n: int) -> list[Turn]:
+    def _waiting_turns(self) -> list[Turn]:
         """The first turn and the closed turns with speech right after it, as many as fit
-        in one window with its `n` samples: a stream that fell behind live audio decodes
-        them at once (one encoder pass for all), in order."""
-        group, total = [self._turns[0]], n
-        for t in list(self._turns)[1:]:
+        in one window with it: a stream that fell behind live audio decodes them at once
+        (one encoder pass for all), in order."""
+        group, total = [self._turns[0]], len(self._turns[0].audio)
+        for t in itertools.islice(self._turns, 1, None):
             total += len(t.audio)
             if not t.closed or t.speech_windows == 0 or \
                     total > self.options.max_window_s * SAMPLE_RATE:
