@@ -29,6 +29,7 @@ from tensorplan.live import (
 from tensorplan.live.agreement import LocalAgreement, TimedWord
 from tensorplan.live.pcm import PcmDecoder
 from tensorplan.whisper.options import TranscribeOptions
+from tensorplan.whisper.result import Word
 
 ROOT = Path(__file__).resolve().parents[2]
 JFK = ROOT / "samples" / "jfk.wav"
@@ -296,7 +297,7 @@ class Teller:
         from types import SimpleNamespace as Ns
 
         self.seconds.append(len(audio) / 16000)
-        words = [Ns(start=t + 0.5, end=t + 0.8, word=f" w{int(t)}")
+        words = [Word(f" w{int(t)}", t + 0.5, t + 0.8, 0.9)
                  for t in range(0, int(len(audio) / 16000), 3)]
         return Ns(segments=[Ns(end=len(audio) / 16000, words=words)])
 
@@ -334,10 +335,10 @@ class SpeakerOfSilence:
         from types import SimpleNamespace as Ns
 
         end = len(audio) / 16000
-        words = [Ns(start=10.2, end=10.5, word=" country.")]
-        if end > 12.0:  # a second past "country"
-            words += [Ns(start=end - 0.8, end=end - 0.5, word=" Thank"),
-                      Ns(start=end - 0.5, end=end - 0.2, word=" you.")]
+        words = [Word(" country.", 10.2, 10.5, 0.99)]
+        if end > 12.0:  # a second past "country", words as likely and long as real ones
+            words += [Word(" Thank", end - 0.8, end - 0.5, 0.9),
+                      Word(" you.", end - 0.5, end - 0.2, 0.9)]
         return Ns(segments=[Ns(end=words[-1].end, words=words)])
 
 
@@ -349,6 +350,50 @@ def test_words_in_the_silence_after_speech_are_dropped(jfk: np.ndarray) -> None:
     (done,) = [e for e in events if isinstance(e, Completed)]
     assert done.transcript == "country."
     assert not any(isinstance(e, Tail) and "Thank" in e.text for e in events)
+
+
+class Thanker:
+    """A session that ends every decode with what Whisper writes where speech stops:
+    "Thank you." squeezed into the last word's end, its first word improbable; before it a
+    real segment whose last word is short and unsure but real."""
+
+    def transcribe(self, audio: np.ndarray, options: Any) -> Any:
+        from types import SimpleNamespace as Ns
+
+        if len(audio) < 10.6 * 16000:
+            return Ns(segments=[])
+        said = [Word(" Yes,", 10.0, 10.3, 0.95),
+                Word(" sir.", 10.3, 10.4, 0.4)]
+        thanks = [Word(" Thank", 10.4, 10.4, 0.01),
+                  Word(" you.", 10.4, 10.42, 0.98)]
+        return Ns(segments=[Ns(end=10.4, words=said), Ns(end=10.42, words=thanks),
+                            Ns(end=10.42, words=[])])
+
+
+@needs_vad
+def test_a_hallucinated_segment_where_speech_ends_is_dropped(jfk: np.ndarray) -> None:
+    """jfk's room noise keeps the VAD saying speech to the file's end, so only the words
+    themselves show "Thank you." is not speech (openai-whisper's anomaly score)."""
+    events: list[Any] = []
+    run_stream(Thanker(), events, jfk, None)
+    (done,) = [e for e in events if isinstance(e, Completed)]
+    assert done.transcript == "Yes, sir."
+    assert not any(isinstance(e, (Tail, Delta)) and "Thank" in e.text for e in events)
+
+
+@needs_vad
+def test_jfk_s_last_turn_with_its_prompt_ends_without_thank_you(model: Any,
+                                                                 jfk: np.ndarray) -> None:
+    """The decode the browser test once got: jfk from "ask not" with the first words as
+    the prompt and 0.3 s of silence makes tiny.en write "Thank you." after "country"."""
+    events: list[Any] = []
+    audio = np.concatenate([jfk[int(2.5 * 16000):], np.zeros(4800, np.float32)])
+    options = LiveOptions(prompt="And so my fellow Americans, ask not what your country "
+                                 "can do for you,")
+    with model.session() as session:
+        run_stream(session, events, audio, None, options)
+    (done,) = [e for e in events if isinstance(e, Completed)]
+    assert normalize(done.transcript).endswith("can do for your country"), done.transcript
 
 
 @needs_vad

@@ -35,6 +35,8 @@ from tensorplan.live.events import (
 from tensorplan.live.options import PROMPT_CHARS, SAMPLE_RATE, LiveOptions, TurnDetection
 from tensorplan.live.speech import SpeechProbability, TurnDetector
 from tensorplan.whisper.audio.vad import WINDOW_SAMPLES
+from tensorplan.whisper.options import PUNCTUATION
+from tensorplan.whisper.result import IMPROBABLE_WORD, Word
 
 log = logging.getLogger("tensorplan.live")
 
@@ -48,6 +50,19 @@ PROMPT_WORDS = 100  # committed words remembered for prompts
 AFTER_SPEECH_S = 0.5
 # audio that came over at least this share of its duration came live (at most 2x real time)
 REAL_TIME_SHARE = 0.5
+
+
+def hallucinated(words: list[Word]) -> bool:
+    """Whether a segment starts with an improbable word and its words score, on average,
+    at least one on openai-whisper's word anomaly score (improbable, very short or very
+    long). It catches the "Thank you." Whisper writes where a turn's speech ends: "Thank"
+    comes at a probability of 0.01-0.10 and both words are squeezed into the last few
+    milliseconds, so no timing rule sees them (jfk's room noise keeps the VAD saying
+    speech to the file's end). The first word's probability spares a real sentence that
+    the decode squeezed against the buffer's end."""
+    words = [w for w in words if w.word.strip() not in PUNCTUATION][:8]
+    return bool(words) and words[0].probability < IMPROBABLE_WORD and \
+        sum(w.anomaly_score() for w in words) + 0.01 >= len(words)
 
 
 class Turn:
@@ -345,14 +360,26 @@ class LiveStream:
     @staticmethod
     def _heard(segments: Any, group: list[Turn], starts: np.ndarray) -> list[list[TimedWord]]:
         """Each turn's words of a decode over its turns' audio laid end to end (the turn
-        of a word is where it starts), in stream time; words that start more than
-        AFTER_SPEECH_S after a turn's last speech are dropped."""
-        heard: list[list[TimedWord]] = [[] for _ in group]
-        for w in (w for s in segments for w in (s.words or ())):
-            i = max(0, int(np.searchsorted(starts, w.start * SAMPLE_RATE, "right")) - 1)
-            turn, shift = group[i], group[i].offset_s - starts[i] / SAMPLE_RATE
-            if w.start + shift <= turn.speech_end / SAMPLE_RATE + AFTER_SPEECH_S:
-                heard[i].append(TimedWord(w.start + shift, w.end + shift, w.word))
+        of a word is where it starts), in stream time. Dropped: a turn's last segments
+        (their words in it) where they look hallucinated, and words that start more than
+        AFTER_SPEECH_S after a turn's last speech."""
+        pieces: list[list[list[Any]]] = [[] for _ in group]  # per turn, per segment
+        for segment in segments:
+            last = -1
+            for w in segment.words or ():
+                i = max(0, int(np.searchsorted(starts, w.start * SAMPLE_RATE, "right")) - 1)
+                if i != last:
+                    pieces[i].append([])
+                    last = i
+                pieces[i][-1].append(w)
+        heard: list[list[TimedWord]] = []
+        for turn, turn_pieces, start in zip(group, pieces, starts, strict=True):
+            while turn_pieces and hallucinated(turn_pieces[-1]):
+                turn_pieces.pop()
+            shift = turn.offset_s - start / SAMPLE_RATE
+            heard.append([TimedWord(w.start + shift, w.end + shift, w.word)
+                          for piece in turn_pieces for w in piece
+                          if w.start + shift <= turn.speech_end / SAMPLE_RATE + AFTER_SPEECH_S])
         return heard
 
     def fail(self, error: BaseException) -> None:

@@ -12,6 +12,11 @@ from dataclasses import dataclass
 from typing import Any
 
 RESULT_KEYS = ("text", "segments", "language")  # openai's transcribe() dict, in its order
+# openai-whisper's word anomaly score (hallucination_silence_threshold): a word less likely
+# than this, shorter or longer than these, is unlike real speech
+IMPROBABLE_WORD = 0.15
+SHORT_WORD_S = 0.133
+LONG_WORD_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +33,18 @@ class Word:
             "end": self.end,
             "probability": self.probability,
         }
+
+    def anomaly_score(self) -> float:
+        """How unlike real speech the word is: improbable, very short or very long."""
+        duration = self.end - self.start
+        score = 0.0
+        if self.probability < IMPROBABLE_WORD:
+            score += 1.0
+        if duration < SHORT_WORD_S:
+            score += (SHORT_WORD_S - duration) * 15
+        if duration > LONG_WORD_S:
+            score += duration - LONG_WORD_S
+        return score
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Word:

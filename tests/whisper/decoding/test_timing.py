@@ -24,7 +24,6 @@ from tensorplan.whisper.decoding.timing import (
     make_monotone,
     median_filter,
     merge_punctuations,
-    word_anomaly_score,
 )
 from tensorplan.whisper.decoding.window import DecodingResult
 from tensorplan.whisper.options import (
@@ -281,10 +280,10 @@ def test_words_stay_ordered_across_windows_and_the_seek_always_advances() -> Non
 
 
 def test_anomaly_score_counts_improbable_short_and_long_words() -> None:
-    assert word_anomaly_score(Word(" a", 0.0, 0.5, 0.9)) == 0
-    assert word_anomaly_score(Word(" a", 0.0, 0.5, 0.1)) == 1
-    assert word_anomaly_score(Word(" a", 0.0, 0.033, 0.9)) == pytest.approx(1.5)
-    assert word_anomaly_score(Word(" a", 0.0, 3.5, 0.9)) == pytest.approx(1.5)
+    assert Word(" a", 0.0, 0.5, 0.9).anomaly_score() == 0
+    assert Word(" a", 0.0, 0.5, 0.1).anomaly_score() == 1
+    assert Word(" a", 0.0, 0.033, 0.9).anomaly_score() == pytest.approx(1.5)
+    assert Word(" a", 0.0, 3.5, 0.9).anomaly_score() == pytest.approx(1.5)
     junk = segment(0, 1, [(" x", 0.0, 0.02), (" y", 0.02, 0.04)])
     assert is_segment_anomaly(junk) and not is_segment_anomaly(speech(1.0))
     assert not is_segment_anomaly(None) and not is_segment_anomaly(segment(0, 1, []))

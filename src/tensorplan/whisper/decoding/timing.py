@@ -24,8 +24,7 @@ from tensorplan.errors import UserError
 from tensorplan.whisper.audio.constants import FRAMES_PER_SECOND, N_FRAMES
 from tensorplan.whisper.decoding.seek_loop import WindowSegments
 from tensorplan.whisper.options import (
-    APPEND_PUNCTUATIONS,
-    PREPEND_PUNCTUATIONS,
+    PUNCTUATION,
     TranscribeOptions,
 )
 from tensorplan.whisper.result import Segment, Word
@@ -37,7 +36,6 @@ if TYPE_CHECKING:
 TOKENS_PER_SECOND = 50  # encoder positions per second: one per 2 mel frames, 0.02 s each
 MEDIAN_FILTER_WIDTH = 7
 SENTENCE_END_MARKS = ".。!！?？"
-PUNCTUATION = PREPEND_PUNCTUATIONS + APPEND_PUNCTUATIONS  # words the anomaly score ignores
 
 
 class AligningModel(Protocol):
@@ -347,25 +345,12 @@ def make_monotone(segments: Sequence[Segment], floor: float) -> tuple[list[Segme
 
 
 # ---- hallucination_silence_threshold (openai transcribe.py) -----------------------------------
-def word_anomaly_score(word: Word) -> float:
-    """How unlike real speech a word is: improbable, very short or very long."""
-    duration = word.end - word.start
-    score = 0.0
-    if word.probability < 0.15:
-        score += 1.0
-    if duration < 0.133:
-        score += (0.133 - duration) * 15
-    if duration > 2.0:
-        score += duration - 2.0
-    return score
-
-
 def is_segment_anomaly(segment: Segment | None) -> bool:
     """Whether the segment's first 8 words (punctuation aside) look hallucinated."""
     if segment is None or not segment.words:
         return False
     words = [w for w in segment.words if w.word not in PUNCTUATION][:8]
-    score = sum(word_anomaly_score(w) for w in words)
+    score = sum(w.anomaly_score() for w in words)
     return score >= 3 or score + 0.01 >= len(words)
 
 
