@@ -389,7 +389,7 @@ def test_jfk_s_last_turn_with_its_prompt_ends_without_thank_you(model: Any,
     events: list[Any] = []
     audio = np.concatenate([jfk[int(2.5 * 16000):], np.zeros(4800, np.float32)])
     options = LiveOptions(prompt="And so my fellow Americans, ask not what your country "
-                                 "can do for you,")
+                                 "can do for you,", min_step_s=3.0)  # 3 updates, then the last
     with model.session() as session:
         run_stream(session, events, audio, None, options)
     (done,) = [e for e in events if isinstance(e, Completed)]
