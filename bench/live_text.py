@@ -36,11 +36,9 @@ def transcript(model: Any, audio: Any, detection: Any) -> str:
     with model.session() as session:
         for i in range(0, len(audio), PIECE):
             stream.append(audio[i:i + PIECE])
-            while stream.has_work():
-                stream.step(session)
+            stream.update_all(session)
         stream.commit()
-        while stream.has_work():
-            stream.step(session)
+        stream.update_all(session)
     return " ".join(e.transcript for e in events if isinstance(e, Completed))
 
 

@@ -154,11 +154,9 @@ def run_stream(session: Any, stream_events: list[Any], audio: np.ndarray,
     stream = LiveStream(options, detection, stream_events.extend)
     for i in range(0, len(audio), piece):
         stream.append(audio[i:i + piece])
-        while stream.has_work():
-            stream.step(session)
+        stream.update_all(session)
     stream.commit()
-    while stream.has_work():
-        stream.step(session)
+    stream.update_all(session)
     assert stream.idle()
     return stream
 
@@ -256,8 +254,7 @@ def test_a_live_stream_left_behind_catches_up_in_one_update(jfk: np.ndarray,
     stream.step(session)
     assert session.seconds == [10.0 if live else GREEDY.max_step_s]
     stream.append(jfk[16000 * 10:])  # later steps too, and never past a window
-    while stream.has_work():
-        stream.step(session)
+    stream.update_all(session)
     assert max(session.seconds) <= GREEDY.max_window_s
 
 
@@ -277,8 +274,7 @@ def test_turns_decoded_together_behind_live_audio_end_greedily(jfk: np.ndarray, 
             stream.append(jfk[i:i + piece])
             clock.now += piece / 16000 if live else 0.0
         assert stream.commit()
-    while stream.has_work():
-        stream.step(session)
+    stream.update_all(session)
     greedy = live and turns > 1
     assert len(session.options) == (1 if live else turns)
     last = session.options[-1]
@@ -317,8 +313,7 @@ def test_closed_turns_waiting_behind_live_audio_share_one_decode(jfk: np.ndarray
             stream.append(jfk[i:i + piece])
             clock.now += piece / 16000 if live else 0.0
         assert stream.commit()
-    while stream.has_work():
-        stream.step(session)
+    stream.update_all(session)
     assert session.seconds == ([9.0] if live else [3.0, 3.0, 3.0])
     done = [e for e in events if isinstance(e, Completed)]
     assert [(e.turn, e.transcript) for e in done] == \

@@ -35,8 +35,7 @@ from tensorplan.live.events import (
 from tensorplan.live.options import PROMPT_CHARS, SAMPLE_RATE, LiveOptions, TurnDetection
 from tensorplan.live.speech import SpeechProbability, TurnDetector
 from tensorplan.whisper.audio.vad import WINDOW_SAMPLES
-from tensorplan.whisper.options import PUNCTUATION
-from tensorplan.whisper.result import IMPROBABLE_WORD, Word
+from tensorplan.whisper.result import IMPROBABLE_WORD, Word, scored_words
 
 log = logging.getLogger("tensorplan.live")
 
@@ -60,7 +59,7 @@ def hallucinated(words: list[Word]) -> bool:
     milliseconds, so no timing rule sees them (jfk's room noise keeps the VAD saying
     speech to the file's end). The first word's probability spares a real sentence that
     the decode squeezed against the buffer's end."""
-    words = [w for w in words if w.word.strip() not in PUNCTUATION][:8]
+    words = scored_words(words)
     return bool(words) and words[0].probability < IMPROBABLE_WORD and \
         sum(w.anomaly_score() for w in words) + 0.01 >= len(words)
 
@@ -281,6 +280,16 @@ class LiveStream:
             turn = self._turns[0]
             new = len(turn.audio) - turn.decoded
             return turn.closed or new >= self.options.min_step_s * SAMPLE_RATE
+
+    def update_all(self, session: Any) -> int:
+        """Run every update that is due, one after another on this thread (what a worker
+        of the stream's own would do); how many ran. For a caller without an engine: a
+        file decoded as fast as it goes, a test."""
+        updates = 0
+        while self.has_work():
+            self.step(session)
+            updates += 1
+        return updates
 
     def step(self, session: Any) -> float:
         """Decode the first turn's audio once; the seconds of audio the decode saw."""

@@ -37,12 +37,10 @@ from tensorplan.whisper.limits import (
     MAX_TEMPERATURE,
     MIN_TEMPERATURE,
 )
+from tensorplan.whisper.result import APPEND_PUNCTUATIONS, PREPEND_PUNCTUATIONS
 
 Task = Literal["transcribe", "translate"]
 MAX_BATCH_SIZE = 64  # windows decoded together; 64 tiny windows hold 1.2 GB of cross K/V
-PREPEND_PUNCTUATIONS = "\"'“¿([{-"
-APPEND_PUNCTUATIONS = "\"'.。,，!！?？:：”)]}、"
-PUNCTUATION = PREPEND_PUNCTUATIONS + APPEND_PUNCTUATIONS  # words the anomaly score ignores
 MAX_SAMPLE_LEN = 1 << 16  # a sanity bound: decoding stops at the model's context (448) anyway
 
 

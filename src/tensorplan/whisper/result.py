@@ -7,16 +7,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 RESULT_KEYS = ("text", "segments", "language")  # openai's transcribe() dict, in its order
+# word timestamps merge these into the next and the previous word (the options' defaults)
+PREPEND_PUNCTUATIONS = "\"'“¿([{-"
+APPEND_PUNCTUATIONS = "\"'.。,，!！?？:：”)]}、"
+PUNCTUATION = PREPEND_PUNCTUATIONS + APPEND_PUNCTUATIONS  # words the anomaly score ignores
 # openai-whisper's word anomaly score (hallucination_silence_threshold): a word less likely
 # than this, shorter or longer than these, is unlike real speech
 IMPROBABLE_WORD = 0.15
 SHORT_WORD_S = 0.133
 LONG_WORD_S = 2.0
+SCORED_WORDS = 8  # the anomaly checks score a segment's first words only
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +54,11 @@ class Word:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Word:
         return cls(d["word"], d["start"], d["end"], d["probability"])
+
+
+def scored_words(words: Iterable[Word]) -> list[Word]:
+    """The words an anomaly check scores: the first SCORED_WORDS, punctuation aside."""
+    return [w for w in words if w.word not in PUNCTUATION][:SCORED_WORDS]
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,12 +26,14 @@ from tensorplan.whisper.decoding.timing import (
     merge_punctuations,
 )
 from tensorplan.whisper.decoding.window import DecodingResult
-from tensorplan.whisper.options import (
+from tensorplan.whisper.options import TranscribeOptions
+from tensorplan.whisper.result import (
     APPEND_PUNCTUATIONS,
     PREPEND_PUNCTUATIONS,
-    TranscribeOptions,
+    Segment,
+    TranscriptionResult,
+    Word,
 )
-from tensorplan.whisper.result import Segment, TranscriptionResult, Word
 
 # ---- DTW ---------------------------------------------------------------------------------------
 

@@ -24,10 +24,9 @@ from tensorplan.errors import UserError
 from tensorplan.whisper.audio.constants import FRAMES_PER_SECOND, N_FRAMES
 from tensorplan.whisper.decoding.seek_loop import WindowSegments
 from tensorplan.whisper.options import (
-    PUNCTUATION,
     TranscribeOptions,
 )
-from tensorplan.whisper.result import Segment, Word
+from tensorplan.whisper.result import Segment, Word, scored_words
 
 if TYPE_CHECKING:
     from tensorplan.whisper.planned.session import Alignment
@@ -349,7 +348,7 @@ def is_segment_anomaly(segment: Segment | None) -> bool:
     """Whether the segment's first 8 words (punctuation aside) look hallucinated."""
     if segment is None or not segment.words:
         return False
-    words = [w for w in segment.words if w.word not in PUNCTUATION][:8]
+    words = scored_words(segment.words)
     score = sum(w.anomaly_score() for w in words)
     return score >= 3 or score + 0.01 >= len(words)
 
