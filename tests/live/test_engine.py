@@ -322,6 +322,69 @@ def test_closed_turns_waiting_behind_live_audio_share_one_decode(jfk: np.ndarray
     assert stream.idle()
 
 
+class Straddler:
+    """A session that hears, in every 3 s of its window, a word a bit before the 3 s mark
+    that mostly lies after it: alignment stretches a turn's first word back over the
+    silence before it, across the seam of turns decoded together."""
+
+    def transcribe(self, audio: np.ndarray, options: Any) -> Any:
+        from types import SimpleNamespace as Ns
+
+        words = [Word(f" w{t}", t - 0.2 if t else 0.5, t + 0.8, 0.9)
+                 for t in range(0, int(len(audio) / 16000), 3)]
+        return Ns(segments=[Ns(end=len(audio) / 16000, words=words)])
+
+
+@needs_vad
+def test_a_word_straddling_the_seam_of_shared_turns_goes_to_the_turn_it_is_mostly_in(
+        jfk: np.ndarray) -> None:
+    """A word of a shared decode belongs to the turn that holds its middle: by its start,
+    the next turn's first word was the last turn's last (jfk's "ask" in "Americans ask /
+    not" when the engine fell behind)."""
+    clock, events = Clock(), []
+    stream = LiveStream(GREEDY, None, events.extend, clock=clock)
+    for turn in range(3):
+        for i in range(16000 * 3 * turn, 16000 * 3 * (turn + 1), 1600):
+            stream.append(jfk[i:i + 1600])
+            clock.now += 0.1
+        assert stream.commit()
+    stream.update_all(Straddler())
+    done = [e for e in events if isinstance(e, Completed)]
+    assert [e.transcript for e in done] == ["w0", "w3", "w6"]
+
+
+class Prompted:
+    """A session that keeps every prompt and hears one word ending where its window ends
+    (a turn's last word, stretched over the silence that ended it), named by the call."""
+
+    def __init__(self) -> None:
+        self.prompts: list[str] = []
+
+    def transcribe(self, audio: np.ndarray, options: Any) -> Any:
+        from types import SimpleNamespace as Ns
+
+        self.prompts.append(options.initial_prompt or "")
+        end = len(audio) / 16000
+        word = Word(f" w{len(self.prompts)}", max(0.0, end - 1.0), end, 0.9)
+        return Ns(segments=[Ns(end=end, words=[word])])
+
+
+@needs_vad
+def test_every_decode_of_a_turn_has_all_earlier_turns_in_its_prompt(jfk: np.ndarray) -> None:
+    """jfk's third and fourth turns overlap (the prefix padding begins the fourth before
+    the third's silence ended), so the third's last word ends after the fourth begins.
+    It still belongs in the fourth's prompt: the prompt "... can do for" made tiny.en
+    write only "your country." for "Ask what you can do for your country"."""
+    session, events = Prompted(), []
+    run_stream(session, events, np.concatenate([jfk, np.zeros(16000, np.float32)]),
+               TurnDetection(), piece=16000 * 12)  # each turn decoded once, at its end
+    said = [e.transcript for e in events if isinstance(e, Completed) and e.transcript]
+    assert len(said) == 4
+    # a turn may be decoded more than once; each time with all the turns before it
+    assert sorted(set(session.prompts), key=len) == [" ".join(said[:k]) for k in range(4)]
+    assert session.prompts == sorted(session.prompts, key=len)
+
+
 class SpeakerOfSilence:
     """A session that hears jfk's last word, then "Thank you." in whatever silence follows
     it, as Whisper does on the pause that ends a turn."""

@@ -125,7 +125,8 @@ class LiveStream:
         self._turns: deque[Turn] = deque()  # closed ones waiting for their text, then current
         self._current: Turn | None = None
         self._numbers = 0
-        self._said: deque[TimedWord] = deque(maxlen=PROMPT_WORDS)  # committed, all turns
+        # committed words of all turns, with their turn's number
+        self._said: deque[tuple[int, TimedWord]] = deque(maxlen=PROMPT_WORDS)
         self.busy = False  # an engine worker is updating it (the engine's lock guards this)
         self.closed = False
         # counters, for /health and the tests
@@ -325,7 +326,8 @@ class LiveStream:
             # one about 30% more. One turn alone keeps it (greedy writes "you" into the
             # silence that ends a turn more often)
             thorough = final and not (len(group) > 1 and self.options.greedy_when_behind)
-            options = self.options.transcribe_options(self._prompt(offset_s), thorough)
+            options = self.options.transcribe_options(self._prompt(turn.number, offset_s),
+                                                      thorough)
         t0 = time.perf_counter()
         result = session.transcribe(window, options)
         elapsed = time.perf_counter() - t0
@@ -369,14 +371,16 @@ class LiveStream:
     @staticmethod
     def _heard(segments: Any, group: list[Turn], starts: np.ndarray) -> list[list[TimedWord]]:
         """Each turn's words of a decode over its turns' audio laid end to end (the turn
-        of a word is where it starts), in stream time. Dropped: a turn's last segments
+        of a word is where its middle is: alignment stretches a word over the silence
+        before it, across the seam), in stream time. Dropped: a turn's last segments
         (their words in it) where they look hallucinated, and words that start more than
         AFTER_SPEECH_S after a turn's last speech."""
         pieces: list[list[list[Any]]] = [[] for _ in group]  # per turn, per segment
         for segment in segments:
             last = -1
             for w in segment.words or ():
-                i = max(0, int(np.searchsorted(starts, w.start * SAMPLE_RATE, "right")) - 1)
+                middle = (w.start + w.end) / 2 * SAMPLE_RATE
+                i = max(0, int(np.searchsorted(starts, middle, "right")) - 1)
                 if i != last:
                     pieces[i].append([])
                     last = i
@@ -401,17 +405,22 @@ class LiveStream:
                     self._current = None
                 self._emit([Failed(turn.number, f"{type(error).__name__}: {error}")])
 
-    def _prompt(self, before_s: float) -> str:
-        """The committed text of the audio before the buffer (the buffer's own committed
-        words are decoded again), after the client's prompt."""
-        said = "".join(w.text for w in self._said if w.end <= before_s + 0.01)
+    def _prompt(self, number: int, before_s: float) -> str:
+        """The committed text before turn `number`'s buffer, after the client's prompt:
+        every word of the earlier turns, and the turn's own words that end before its
+        trimmed buffer (those in the buffer are decoded again). Earlier turns count whole
+        whatever their times: the prefix padding makes a turn's audio begin before the
+        last one's ended, and a prompt cut mid-sentence ("... can do for") makes Whisper
+        finish the sentence instead of hearing the turn."""
+        said = "".join(w.text for n, w in self._said
+                       if n < number or w.end <= before_s + 0.01)
         said = said[-PROMPT_CHARS:]
         return " ".join(p for p in (self.options.prompt, said.strip()) if p)
 
     def _delta(self, turn: Turn, words: list[TimedWord]) -> list[Event]:
         if not words:
             return []
-        self._said.extend(words)
+        self._said.extend((turn.number, w) for w in words)
         text = "".join(w.text for w in words)
         if not turn.text:
             text = text.lstrip()
