@@ -85,7 +85,9 @@ def alignment_matrix(scores: np.ndarray, num_frames: int, n_sot: int,
     weights /= weights.sum(axis=-1, keepdims=True)
     mean = weights.mean(axis=-2, keepdims=True)
     std = weights.std(axis=-2, keepdims=True)  # population std, as torch's unbiased=False
-    weights = (weights - mean) / std
+    # a frame every token weighs alike (std 0) gives NaN, silently, as openai's torch does
+    with np.errstate(divide="ignore", invalid="ignore"):
+        weights = (weights - mean) / std
     weights = np.stack([median_filter(head, medfilt_width) for head in weights])
     # rows from the <|notimestamps|> position (it predicts the first text token) up to the
     # last text token (it predicts eot); the eot row itself predicts nothing
