@@ -5,11 +5,18 @@ machine's speed), with OpenAI's server VAD and without turn detection. Prints ea
 WER against the reference text and against the offline transcript, and the segments the
 hallucination rule dropped.
 
+`--slow F,...` also runs every clip as live audio (100 ms every 100 ms) on a simulated
+machine where a decode of S seconds of audio takes F x (0.3 + S / 10) seconds times a
+jitter between 0.5 and 1.5 (a shared machine's), on a clock of the bench's own: at F of a
+few the stream falls behind live audio and catches up by decoding waiting turns together
+(the engine's load shedding). Each is the mean of `--seeds` runs, each jitter seeded.
+
 `--no-anomaly-filter` turns off the rule that drops a turn's last segments whose words
 look hallucinated (tensorplan.live.stream.hallucinated), for the before/after in
 docs/realtime.md.
 
     python bench/live_text.py [--seconds 30,45,60,90] [--compute-type int8]
+                              [--slow 3,6,12] [--seeds 8]
                               [--no-anomaly-filter]
 """
 
@@ -42,10 +49,53 @@ def transcript(model: Any, audio: Any, detection: Any) -> str:
     return " ".join(e.transcript for e in events if isinstance(e, Completed))
 
 
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def transcript_on_slow_machine(model: Any, audio: Any, detection: Any, factor: float,
+                               seed: int) -> str:
+    """Audio comes a piece every 100 ms of the clock; one worker decodes whenever the
+    stream has work, each decode holding it for `factor` x (0.3 + seconds / 10), jittered."""
+    import random
+
+    from tensorplan.live import Completed, LiveOptions, LiveStream
+
+    jitter = random.Random(seed)
+    events: list[Any] = []
+    clock = Clock()
+    stream = LiveStream(LiveOptions(), detection, events.extend, clock=clock)
+    pieces = [audio[i:i + PIECE] for i in range(0, len(audio), PIECE)]
+    free_at, sent = 0.0, 0
+    with model.session() as session:
+        while sent < len(pieces) or stream.has_work():
+            arrives = sent * PIECE / 16000 if sent < len(pieces) else float("inf")
+            if stream.has_work() and free_at <= arrives:
+                clock.now = max(clock.now, free_at)
+                seconds = stream.step(session)
+                free_at = clock.now + factor * (0.3 + seconds / 10) * jitter.uniform(0.5, 1.5)
+            elif sent < len(pieces):
+                clock.now = arrives
+                stream.append(pieces[sent])
+                sent += 1
+                if sent == len(pieces):
+                    stream.commit()
+            else:
+                clock.now = free_at
+    return " ".join(e.transcript for e in events if isinstance(e, Completed))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", default="30,45,60,90", help="espeak speech lengths")
     ap.add_argument("--compute-type", default="int8")
+    ap.add_argument("--slow", default="",
+                    help="decode-cost factors of simulated slow machines, e.g. 3,6,12")
+    ap.add_argument("--seeds", type=int, default=8, help="runs per slow machine")
     ap.add_argument("--no-anomaly-filter", action="store_true",
                     help="keep segments whose words look hallucinated (the 'before')")
     args = ap.parse_args()
@@ -67,16 +117,23 @@ def main() -> None:
 
     live_stream.hallucinated = watched  # type: ignore[assignment]
     model = load_model("tiny.en", compute_type=args.compute_type)
-    print("| clip | turns | WER ref | WER vs offline |\n|---|---|---:|---:|")
+    slow = [float(f) for f in args.slow.split(",") if f]
+    print("| clip | turns | machine | WER ref | WER vs offline |\n|---|---|---|---:|---:|")
     lengths = [float(s) for s in args.seconds.split(",")]
     for seconds in lengths:
         with tempfile.TemporaryDirectory() as work:
             clips = clips_of.make_clips(seconds, Path(work))
         for clip in clips if seconds == lengths[0] else clips[:1]:  # jfk once
             for name, detection in (("server VAD", TurnDetection()), ("commit", None)):
-                text = transcript(model, clip.audio, detection)
-                print(f"| {clip.name} | {name} | {clips_of.wer(clip.reference, text):.3f} | "
-                      f"{clips_of.wer(clip.offline, text):.3f} |", flush=True)
+                runs = [("fast", [transcript(model, clip.audio, detection)])]
+                runs += [(f"slow x{f:g}", [transcript_on_slow_machine(
+                    model, clip.audio, detection, f, seed) for seed in range(args.seeds)])
+                    for f in slow if detection]
+                for machine, texts in runs:
+                    ref, offline = (sum(clips_of.wer(truth, t) for t in texts) / len(texts)
+                                    for truth in (clip.reference, clip.offline))
+                    print(f"| {clip.name} | {name} | {machine} | {ref:.3f} | {offline:.3f} |",
+                          flush=True)
     thanks = sum(d.lower().startswith("thank you") for d in dropped)
     print(f"\ndropped {len(dropped)} segments, {thanks} of them 'Thank you': {dropped}")
 
