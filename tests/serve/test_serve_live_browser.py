@@ -24,9 +24,22 @@ pytestmark = needs_vad  # every test here runs live streams (Silero VAD)
 CHROMEDRIVER = os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver")
 GOLDEN = ("and so my fellow americans ask not what your country can do for you "
           "ask what you can do for your country")
-# the tail spans' text whenever it changes, so the test sees tails that came and went
-WATCH_TAILS = """
+# the tail spans' text whenever it changes, so the test sees tails that came and went; and
+# the transcripts the server sent, so the test knows what the page had to show
+WATCH = """
 window.tailsSeen = [];
+window.transcriptsSent = [];
+const PageSocket = window.WebSocket;
+window.WebSocket = class extends PageSocket {
+  constructor(...args) {
+    super(...args);
+    this.addEventListener('message', m => {
+      const event = JSON.parse(m.data);
+      if (event.type === 'conversation.item.input_audio_transcription.completed')
+        window.transcriptsSent.push(event.transcript);
+    });
+  }
+};
 new MutationObserver(() => {
   for (const t of document.querySelectorAll('#live-text .tail'))
     if (t.textContent.trim()) window.tailsSeen.push(t.textContent);
@@ -44,9 +57,11 @@ def normalized(text: str) -> str:
 
 
 def missing_words(text: str) -> int:
-    """Golden words the text lacks, in order. One is allowed: under load the live engine has
-    been seen to drop the "ask" after jfk's second pause (an engine matter, not the page's;
-    the page shows each turn's .completed transcript as the server sent it)."""
+    """Golden words the text lacks, in order. Two are allowed, for the model: tiny.en
+    hears jfk's first turn alone (2.2 s) as "And so am I fellow Americans" at almost every
+    update cadence, and the cadence of a live stream depends on the machine's load, which
+    has changed another word ("What" to "Like"). tests/live decodes jfk at fixed steps and
+    wants it exact; here the page must show exactly what the server sent (checked apart)."""
     golden = GOLDEN.split()
     matcher = difflib.SequenceMatcher(None, golden, normalized(text).split(), autojunk=False)
     return len(golden) - sum(block.size for block in matcher.get_matching_blocks())
@@ -93,7 +108,7 @@ def test_the_microphone_becomes_the_jfk_text(browser: Any, server: ServerProcess
     from selenium.webdriver.support.ui import WebDriverWait
 
     toggle = _open_live(browser, server, KEY)
-    browser.execute_script(WATCH_TAILS)
+    browser.execute_script(WATCH)
     toggle.click()
     status = browser.find_element(By.ID, "live-status")
     try:
@@ -104,7 +119,7 @@ def test_the_microphone_becomes_the_jfk_text(browser: Any, server: ServerProcess
         pass
     committed = browser.execute_script(COMMITTED)
     assert normalized(committed).endswith("can do for your country"), (status.text, committed)
-    assert missing_words(committed) <= 1 and len(normalized(committed).split()) <= 23, committed
+    assert missing_words(committed) <= 2 and len(normalized(committed).split()) <= 24, committed
     assert toggle.text == "Stop"
     # the uncertain words were shown apart, grey, while the settled ones grew
     tails = browser.execute_script("return window.tailsSeen")
@@ -119,6 +134,8 @@ def test_the_microphone_becomes_the_jfk_text(browser: Any, server: ServerProcess
     assert toggle.text == "Start"
     assert all(not t.text for t in browser.find_elements(By.CSS_SELECTOR, "#live-text .tail"))
     assert normalized(browser.execute_script(COMMITTED)) == normalized(committed)
+    sent = " ".join(browser.execute_script("return window.transcriptsSent"))
+    assert normalized(committed) == normalized(sent), sent
 
 
 def test_a_wrong_key_shows_the_error(browser: Any, server: ServerProcess) -> None:
