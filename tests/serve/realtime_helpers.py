@@ -27,7 +27,10 @@ PREFIX = "conversation.item.input_audio_transcription"
 # updates can agree on a misheard word ("am I fellow Americans" before "my" is heard in
 # full), which LocalAgreement then commits. Such streams may differ from the file's text
 # by this many words (docs/realtime.md); streams sent at once update at fixed points.
-PACED_WORD_EDITS = 2
+# Measured in-process on jfk in one turn, at update cadences drawn at random (decodes
+# costing 0.5-2x (0.3 + s/10) s): 0 to 3 edits ("am I" 2, "asked not" 1, "you are" 2),
+# 3 in a quarter of the draws; CI's loaded fast set once got "asked" and "you are".
+PACED_WORD_EDITS = 3
 
 
 def samples16k(path: Path | str) -> np.ndarray:
