@@ -1,0 +1,24 @@
+"""bench/live_text.py cannot rot: a short run fills its table, fast and on a simulated slow
+machine, for espeak speech and jfk. Its own module, so the test runner can run it beside
+bench/live.py's smoke run."""
+
+from __future__ import annotations
+
+import pytest
+from bench_run import run_bench
+from vad_available import needs_vad
+
+pytestmark = needs_vad  # every test here runs live streams (Silero VAD)
+
+
+@pytest.mark.slow  # 5 s of espeak and jfk, in-process, fast and on a simulated slow machine
+def test_live_text_bench_fills_its_table() -> None:
+    stdout = run_bench("live_text.py", "--seconds", "5", "--slow", "4", "--seeds", "1")
+    rows = [line for line in stdout.splitlines() if line.startswith("| ") and "WER" not in line]
+    machines = {(c[0], c[1], c[2]) for c in
+                ([x.strip() for x in r.strip("|").split("|")] for r in rows)}
+    for clip in ("espeak 5 s", "jfk"):
+        assert {(clip, "server VAD", "fast"), (clip, "server VAD", "slow x4"),
+                (clip, "commit", "fast")} <= machines, stdout
+    jfk = [r for r in rows if r.startswith("| jfk |")]
+    assert all(float(r.strip("|").split("|")[4]) <= 0.1 for r in jfk), stdout
