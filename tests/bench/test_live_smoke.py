@@ -36,4 +36,3 @@ def test_smoke_run_measures_each_engine() -> None:
             assert wer_offline < 0.35 and wer_ref < 0.5, rows[0]
             assert rss > 50, rows[0]
     assert "error (" not in stdout, stdout
-

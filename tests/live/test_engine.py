@@ -377,7 +377,7 @@ def test_every_decode_of_a_turn_has_all_earlier_turns_in_its_prompt(jfk: np.ndar
     write only "your country." for "Ask what you can do for your country"."""
     session, events = Prompted(), []
     run_stream(session, events, np.concatenate([jfk, np.zeros(16000, np.float32)]),
-               TurnDetection(), piece=16000 * 12)  # each turn decoded once, at its end
+               TurnDetection(), piece=16000 * 12)  # 12 s at once: few updates
     said = [e.transcript for e in events if isinstance(e, Completed) and e.transcript]
     assert len(said) == 4
     # a turn may be decoded more than once; each time with all the turns before it
