@@ -8,9 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+import soxr
 from transcripts import normalize
 from vad_available import needs_vad
+
+from tensorplan.whisper.audio.decode import load_audio
 
 pytestmark = needs_vad  # every test here runs live streams (Silero VAD)
 
@@ -41,8 +45,10 @@ def test_a_file_prints_the_text_and_writes_the_outputs(tmp_path: Path) -> None:
 
 
 def test_raw_pcm_from_a_pipe() -> None:
-    pcm = subprocess.run(["ffmpeg", "-v", "error", "-i", str(JFK), "-f", "s16le", "-ac", "2",
-                          "-ar", "24000", "-"], capture_output=True, check=True).stdout
+    # what `ffmpeg -f s16le -ac 2 -ar 24000 -` writes, made without the ffmpeg binary (a
+    # fresh machine may lack it): stereo PCM16 at 24 kHz, interleaved
+    mono = soxr.resample(load_audio(str(JFK)), 16000, 24000)
+    pcm = (np.clip(np.repeat(mono, 2), -1, 1) * 32767).astype("<i2").tobytes()
     proc = live("-", "--rate", "24000", "--channels", "2", "--beam-size", "none",
                 "--silence-duration-ms", "1200", stdin=pcm)
     assert proc.returncode == 0, proc.stderr.decode()
