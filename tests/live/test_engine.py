@@ -165,7 +165,7 @@ def run_stream(session: Any, stream_events: list[Any], audio: np.ndarray,
 def test_a_stream_commits_jfk_word_by_word(model: Any, jfk: np.ndarray) -> None:
     events: list[Any] = []
     with model.session() as session:
-        stream = run_stream(session, events, jfk, None, piece=8000)
+        stream = run_stream(session, events, jfk, None, piece=16000)  # 1 s pieces
     (done,) = [e for e in events if isinstance(e, Completed)]
     assert normalize(done.transcript) == normalize(GOLDEN)
     deltas = [e for e in events if isinstance(e, Delta)]
