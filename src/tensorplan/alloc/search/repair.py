@@ -119,6 +119,7 @@ class _Local:
             if len(self.shared) else 0
         self.start = self.ptr.tolist()
         self.fast = True
+        self.stale = np.zeros(n, dtype=bool)  # fit's: see there
         self.largest = max((size[k] for k in items), default=0)
 
     def fit(self, cap: int, start: list[int], rng: random.Random, deadline: float,
@@ -138,6 +139,10 @@ class _Local:
         ov = np.zeros(len(size), dtype=np.int64)
         np.add.at(ov, self.src, self._pair_overlaps(y))
         bad = {k for k in items if ov[k] > 0}
+        # an item whose sweep found no better offset, where nothing it depends on (its
+        # neighbours' offsets, its weights) changed since: its next sweep would find the
+        # same, so its move is counted without one
+        self.stale = np.zeros(len(size), dtype=bool)
         spent = 0
         while bad:
             if spent >= moves or time.perf_counter() > deadline:
@@ -151,11 +156,17 @@ class _Local:
                 if spent >= moves:
                     return None, spent
                 spent += 1
+                if self.stale[k]:
+                    continue
                 if self._move(k, cap, y, weight, ov, bad, rng):
                     improved = True
                     if not bad:
                         break
+                # moved to the least overlap, or none less found: the same until a
+                # neighbour moves or a weight changes
+                self.stale[k] = True
             if not improved and bad:
+                self.stale[:] = False
                 self._penalise(bad, y, weight)
                 penalties += 1
                 self.fast = 2 * cap * self.most_shared * (1 + penalties) < self.SAFE
@@ -219,6 +230,7 @@ class _Local:
         after = np.maximum(np.minimum(b, new + zk) - np.maximum(a, new), 0)
         change = after - before
         moved = np.flatnonzero(change)
+        self.stale[nb] = False  # their overlap functions changed
         if len(moved):
             js = nb[moved]
             ov[js] += change[moved]
