@@ -104,3 +104,11 @@ def test_sums_in_python_ints_give_the_same_packing(case: Items, moves: int) -> N
         assert _check(lo, hi, size, start, moves) == fast
     finally:
         _Local.SAFE = saved
+
+
+def test_offsets_past_int64s_reach_keep_the_start() -> None:
+    # an item's overlap in bytes could pass int64 (height x neighbours): no repair
+    lo, hi, size = [0, 2], [1, 3], [1 << 61] * 2
+    start = _stacked(size)
+    assert start[1] > load(lo, hi, size)
+    assert _check(lo, hi, size, start, 1000) == (start[0], start[1], 0)
