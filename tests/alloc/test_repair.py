@@ -87,3 +87,28 @@ def test_too_many_meetings_keep_the_start(monkeypatch: pytest.MonkeyPatch) -> No
     start = _stacked(size)
     monkeypatch.setattr(module, "MAX_MEETINGS", 0)
     assert _check(lo, hi, size, start, 20_000) == (start[0], start[1], 0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(items(max_n=30, max_t=15), st.integers(0, 1500))
+def test_sums_in_python_ints_give_the_same_packing(case: Items, moves: int) -> None:
+    # where a move's sums could pass int64 they are taken in Python ints: the same moves
+    from tensorplan.alloc.search.repair import _Local
+
+    lo, hi, size = case
+    start = _stacked(size)
+    fast = _check(lo, hi, size, start, moves)
+    saved = _Local.SAFE
+    try:
+        _Local.SAFE = 0
+        assert _check(lo, hi, size, start, moves) == fast
+    finally:
+        _Local.SAFE = saved
+
+
+def test_offsets_past_int64s_reach_keep_the_start() -> None:
+    # an item's overlap in bytes could pass int64 (height x neighbours): no repair
+    lo, hi, size = [0, 2], [1, 3], [1 << 61] * 2
+    start = _stacked(size)
+    assert start[1] > load(lo, hi, size)
+    assert _check(lo, hi, size, start, 1000) == (start[0], start[1], 0)

@@ -26,14 +26,22 @@ import random
 import time
 from collections.abc import Sequence
 
+import numpy as np
+
 from tensorplan.alloc.search.dfs import OutOfTime, _overlaps
 
-FIRST_STEP = 0.01  # the first capacity asked for: H less this fraction of the bound
+# The first capacity asked for: H less this fraction of the bound. 2% against 1%: from the
+# hand-overs of bench/hard_traces.py's 1,000-buffer traces and 24 greedy packings, fewer
+# capacities each reached from fresh weights (pinwheel-deep 1,000 seed 3, 2.7 s: 1.110x to
+# 1.054x; the 24 greedy packings, 2.5 s each: mean 1.187x to 1.154x); 3% and 4% were worse.
+FIRST_STEP = 0.02
 MOVES_PER_ITEM = 30  # moves a capacity gets, per item, before it is given up
-# Past this many (item, item it meets) entries the tables (four per entry) would take
+# Past this many (item, item it meets) entries the tables (nine int64 per entry) would take
 # hundreds of MB: no repair. The 1,000-buffer traces of bench/hard_traces.py have 50-80k.
 MAX_MEETINGS = 2_000_000
 SEED = 0x5EED
+SIGN = np.array([[1], [-1], [-1], [1]], dtype=np.int64)  # the slope changes, per jump
+INT64_SAFE = 1 << 62  # a move's sums stay below this in int64 (else Python ints)
 
 
 def repair(
@@ -52,6 +60,8 @@ def repair(
         nbrs = _overlaps(items, list(lo), [h + 1 for h in hi], deadline)
         if sum(map(len, nbrs)) > MAX_MEETINGS:
             return best, best_h, 0
+        if best_h * (max(map(len, nbrs)) + 2) >= INT64_SAFE:
+            return best, best_h, 0  # an item's overlap in bytes could pass int64
         ls = _Local(lo, hi, size, items, nbrs, deadline)
     except OutOfTime:
         return best, best_h, 0
@@ -74,8 +84,12 @@ def repair(
 
 
 class _Local:
-    """The neighbours of each item, the time steps they share, and where each item sits in
-    its neighbours' lists (so a pair's weight is kept on both sides)."""
+    """The neighbours of each item as one flat table (numpy, int64): entry e is the pair
+    (src[e], dst[e]), item k's entries are ptr[k]:ptr[k + 1] (dst sorted), shared[e] the
+    time steps the two share, and back[e] the entry of the same pair seen from dst[e] (so a
+    pair's weight is kept on both sides)."""
+
+    SAFE = INT64_SAFE  # a move whose sums could pass this takes them in Python ints
 
     def __init__(self, lo: Sequence[int], hi: Sequence[int], size: Sequence[int],
                  items: list[int], nbrs: list[list[int]], deadline: float) -> None:
@@ -83,48 +97,56 @@ class _Local:
         n = len(size)
         for k in range(n):
             nbrs[k].sort()
-        self.size = size
+        if time.perf_counter() > deadline:
+            raise OutOfTime
         self.items = items
         self.nbrs = nbrs
-        self.shared = [[min(hi[k], hi[j]) - max(lo[k], lo[j]) + 1 for j in nbrs[k]]
-                       for k in range(n)]
-        # with every list sorted, the items below j in j's list come in the order this
-        # loop meets them: a cursor per item gives each pair's place on the other side
-        self.back = [[0] * len(nbrs[k]) for k in range(n)]
-        cursor = [0] * n
-        for k in range(n):
-            if k % 64 == 0 and time.perf_counter() > deadline:
-                raise OutOfTime
-            back_k = self.back[k]
-            for i, j in enumerate(nbrs[k]):
-                if j > k:
-                    back_k[i] = cursor[j]
-                    self.back[j][cursor[j]] = i
-                    cursor[j] += 1
+        self.size = np.asarray(size, dtype=np.int64)
+        deg = np.fromiter(map(len, nbrs), dtype=np.int64, count=n)
+        self.ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(deg, out=self.ptr[1:])
+        self.src = np.repeat(np.arange(n, dtype=np.int64), deg)
+        self.dst = np.fromiter((j for nb in nbrs for j in nb), dtype=np.int64,
+                               count=int(self.ptr[-1]))
+        lo_, hi_ = np.asarray(lo, dtype=np.int64), np.asarray(hi, dtype=np.int64)
+        src, dst = self.src, self.dst
+        self.shared = np.minimum(hi_[src], hi_[dst]) - np.maximum(lo_[src], lo_[dst]) + 1
+        # the entries are sorted by (src, dst): the pair (dst, src) is found by bisection
+        self.back = np.searchsorted(src * n + dst, dst * n + src)
+        # per entry, where the slope of src's overlap with dst changes, less dst's offset
+        zs, zd = self.size[src], self.size[dst]
+        m = np.minimum(zs, zd)
+        self.jump = np.stack((-zs, m - zs, zd - m, zd))
+        # the most a move's sums can reach, over the shared steps (times the weight factor
+        # and a span of twice the capacity): past int64, its sums are taken in Python ints
+        self.most_shared = int(np.add.reduceat(self.shared, self.ptr[:-1][deg > 0]).max()) \
+            if len(self.shared) else 0
+        self.start = self.ptr.tolist()
+        self.fast = True
+        self.stale = np.zeros(n, dtype=bool)  # fit's: see there
+        self.largest = max((size[k] for k in items), default=0)
 
     def fit(self, cap: int, start: list[int], rng: random.Random, deadline: float,
             moves: int) -> tuple[list[int] | None, int]:
         """(offsets with every item in [0, cap) and no overlap, or None, moves spent): from
         `start` with the items above cap pushed down, until `moves` or the clock run out."""
-        size, items, nbrs = self.size, self.items, self.nbrs
-        y = list(start)
-        for k in items:
-            if y[k] + size[k] > cap:
-                y[k] = cap - size[k]
-                if y[k] < 0:
-                    return None, 0
+        size, items = self.size, self.items
+        if self.largest > cap:
+            return None, 0
+        y = np.asarray(start, dtype=np.int64)
+        y = np.where(y + size > cap, cap - size, y)
         # the weights: the shared time steps, times 1 + the times the pair was penalised
-        weight = [list(s) for s in self.shared]
-        ov = [0] * len(size)  # each item's overlap in bytes with the items it meets
-        for k in items:
-            yk, zk = y[k], size[k]
-            total = 0
-            for j in nbrs[k]:
-                o = min(yk + zk, y[j] + size[j]) - max(yk, y[j])
-                if o > 0:
-                    total += o
-            ov[k] = total
+        weight = self.shared.copy()
+        penalties = 0
+        self.fast = 2 * cap * self.most_shared < self.SAFE
+        # each item's overlap in bytes with the items it meets
+        ov = np.zeros(len(size), dtype=np.int64)
+        np.add.at(ov, self.src, self._pair_overlaps(y))
         bad = {k for k in items if ov[k] > 0}
+        # an item whose sweep found no better offset, where nothing it depends on (its
+        # neighbours' offsets, its weights) changed since: its next sweep would find the
+        # same, so its move is counted without one
+        self.stale = np.zeros(len(size), dtype=bool)
         spent = 0
         while bad:
             if spent >= moves or time.perf_counter() > deadline:
@@ -138,94 +160,111 @@ class _Local:
                 if spent >= moves:
                     return None, spent
                 spent += 1
-                if self._move(k, cap, y, weight[k], ov, bad, rng):
+                if self.stale[k]:
+                    continue
+                if self._move(k, cap, y, weight, ov, bad, rng):
                     improved = True
                     if not bad:
                         break
+                # moved to the least overlap, or none less found: the same until a
+                # neighbour moves or a weight changes
+                self.stale[k] = True
             if not improved and bad:
+                self.stale[:] = False
                 self._penalise(bad, y, weight)
-        return y, spent
+                penalties += 1
+                self.fast = 2 * cap * self.most_shared * (1 + penalties) < self.SAFE
+        return y.tolist(), spent
 
-    def _move(self, k: int, cap: int, y: list[int], weight: list[int], ov: list[int],
+    def _pair_overlaps(self, y: np.ndarray) -> np.ndarray:
+        """Every entry's overlap in bytes (0 where none)."""
+        src, dst, size = self.src, self.dst, self.size
+        ys, yd = y[src], y[dst]
+        o: np.ndarray = np.minimum(ys + size[src], yd + size[dst]) - np.maximum(ys, yd)
+        o[o < 0] = 0
+        return o
+
+    def _move(self, k: int, cap: int, y: np.ndarray, weight: np.ndarray, ov: np.ndarray,
               bad: set[int], rng: random.Random) -> bool:
         """Move k to an offset of least weighted overlap in [0, cap - size]; True if that is
         less than where it is."""
-        size, nbrs = self.size, self.nbrs[k]
-        zk, yk = size[k], y[k]
-        top = cap - zk
-        now = 0
-        events: list[tuple[int, int]] = []
-        add = events.append
-        for j, w in zip(nbrs, weight, strict=True):
-            a = y[j]
-            zj = size[j]
-            b = a + zj
-            o = (yk + zk if yk + zk < b else b) - (yk if yk > a else a)
-            if o > 0:
-                now += o * w
-            # k's overlap with j against k's offset: a trapezoid from a - zk up to b
-            m = zk if zk < zj else zj
-            add((a - zk, w))
-            add((a - zk + m, -w))
-            add((b - m, -w))
-            add((b, w))
-        events.append((0, 0))  # the ends of k's range are candidates too
-        events.append((top, 0))
-        events.sort()
-        best_f, cands = now, []
-        f = slope = 0
-        prev = events[0][0]
-        for pos, d in events:
-            f += slope * (pos - prev)
-            prev = pos
-            slope += d
-            if 0 <= pos <= top and f <= best_f:
-                if f < best_f:
-                    best_f, cands = f, [pos]
-                elif f < now and (not cands or cands[-1] != pos):
-                    cands.append(pos)
-        if best_f >= now or not cands:
+        s, e = self.start[k], self.start[k + 1]
+        n = e - s
+        yk = int(y[k])
+        top = cap - int(self.size[k])
+        # k's weighted overlap with j against k's offset x is a trapezoid from a - zk up to
+        # b (j over [a, b)): its slope rises by w at a - zk and at b, and falls by w at
+        # a - zk + m and at b - m (m the smaller size). The sum of them over the neighbours,
+        # swept over the breakpoints sorted, with the ends of k's range and where k is now
+        a, jump, w = y[self.dst[s:e]], self.jump[:, s:e], weight[s:e]
+        if self.fast:
+            pos = np.empty(4 * n + 3, dtype=np.int64)
+            d = np.empty(4 * n + 3, dtype=np.int64)
+        else:  # sums past int64: in Python ints
+            a, jump, w = a.astype(object), jump.astype(object), w.astype(object)
+            pos = np.empty(4 * n + 3, dtype=object)
+            d = np.empty(4 * n + 3, dtype=object)
+        np.add(a, jump, out=pos[:4 * n].reshape(4, n))
+        pos[4 * n:] = (0, top, yk)
+        np.multiply(w, SIGN, out=d[:4 * n].reshape(4, n))
+        d[4 * n:] = 0
+        order = np.argsort(pos, kind="stable")
+        pos = pos[order]
+        slope = np.cumsum(d[order[:-1]])  # right of each breakpoint but the last
+        f = np.empty_like(pos)
+        f[0] = 0  # nothing overlaps left of the first breakpoint
+        np.cumsum(slope * (pos[1:] - pos[:-1]), out=f[1:])
+        now = f[pos.searchsorted(yk)]
+        first, last = pos.searchsorted(0), pos.searchsorted(top, "right")
+        pos, f = pos[first:last], f[first:last]
+        best_f = f.min()
+        if best_f >= now:
             return False
-        self._set(k, cands[rng.randrange(len(cands))] if len(cands) > 1 else cands[0],
-                  y, ov, bad)
+        cands = np.unique(pos[f == best_f])  # ascending, as a sweep meets them
+        new = int(cands[rng.randrange(len(cands))] if len(cands) > 1 else cands[0])
+        self._set(k, new, y, ov, bad)
         return True
 
-    def _set(self, k: int, new: int, y: list[int], ov: list[int], bad: set[int]) -> None:
-        size = self.size
-        old, zk = y[k], size[k]
-        total = 0
-        for j in self.nbrs[k]:
-            a = y[j]
-            b = a + size[j]
-            before = (old + zk if old + zk < b else b) - (old if old > a else a)
-            after = (new + zk if new + zk < b else b) - (new if new > a else a)
-            before = before if before > 0 else 0
-            if after > 0:
-                total += after
-            else:
-                after = 0
-            if before != after:
-                ov[j] += after - before
-                if ov[j] > 0:
+    def _set(self, k: int, new: int, y: np.ndarray, ov: np.ndarray, bad: set[int]) -> None:
+        nb = self.dst[self.start[k]:self.start[k + 1]]
+        old, zk = int(y[k]), int(self.size[k])
+        a = y[nb]
+        b = a + self.size[nb]
+        before = np.maximum(np.minimum(b, old + zk) - np.maximum(a, old), 0)
+        after = np.maximum(np.minimum(b, new + zk) - np.maximum(a, new), 0)
+        change = after - before
+        moved = np.flatnonzero(change)
+        self.stale[nb] = False  # their overlap functions changed
+        if len(moved):
+            js = nb[moved]
+            ov[js] += change[moved]
+            for j, o in zip(js.tolist(), ov[js].tolist(), strict=True):
+                if o > 0:
                     bad.add(j)
                 else:
                     bad.discard(j)
         y[k] = new
+        total = int(after.sum())
         ov[k] = total
         if total > 0:
             bad.add(k)
         else:
             bad.discard(k)
 
-    def _penalise(self, bad: set[int], y: list[int], weight: list[list[int]]) -> None:
-        """Every overlapping pair weighs its shared time steps once more."""
-        size, nbrs, shared, back = self.size, self.nbrs, self.shared, self.back
-        for k in bad:
-            yk, zk = y[k], size[k]
-            for i, j in enumerate(nbrs[k]):
-                if j > k and min(yk + zk, y[j] + size[j]) - max(yk, y[j]) > 0:
-                    weight[k][i] += shared[k][i]
-                    weight[j][back[k][i]] += shared[k][i]
+    def _penalise(self, bad: set[int], y: np.ndarray, weight: np.ndarray) -> None:
+        """Every overlapping pair weighs its shared time steps once more (both of its
+        items are bad; it is taken once, from its lower item)."""
+        ks = np.fromiter(bad, dtype=np.int64, count=len(bad))
+        starts, counts = self.ptr[ks], self.ptr[ks + 1] - self.ptr[ks]
+        # the bad items' entries: each run of `counts` from its start
+        entries = np.repeat(starts - (np.cumsum(counts) - counts), counts) + \
+            np.arange(int(counts.sum()), dtype=np.int64)
+        src, dst, size = self.src[entries], self.dst[entries], self.size
+        ys, yd = y[src], y[dst]
+        over = np.minimum(ys + size[src], yd + size[dst]) - np.maximum(ys, yd) > 0
+        pairs = entries[over & (src < dst)]
+        weight[pairs] += self.shared[pairs]
+        weight[self.back[pairs]] += self.shared[pairs]
 
 
 def _down(y: list[int], size: Sequence[int], items: list[int],
