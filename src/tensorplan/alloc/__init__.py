@@ -1,7 +1,8 @@
 """The graph memory planner: tensors in, (buffer, chunk, offset) out.
 
-Knows nothing of numpy, devices or Whisper; reads a tensor only through its size, layout,
-view root, flags, inputs, op and buffer id (docs/allocator.md, the allocator contract). Three
+Knows nothing of tensor data, devices or Whisper (numpy appears only as the repair's
+arithmetic over offsets); reads a tensor only through its size, layout, view root, flags,
+inputs, op and buffer id (docs/allocator.md, the allocator contract). Three
 strategies: `offline` (default: all lifetimes known up front, packed to the lower bound
 where it can, with a bounded search), `exact` (searches until the optimum is proven or the
 budget ends) and `ggml` (ggml-alloc's online rules, the faithful baseline).
