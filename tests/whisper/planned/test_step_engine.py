@@ -29,14 +29,8 @@ class Stop(Exception):
 def tiny(tiny_model_factory):
     # float32: the engine's steps are the same code for every weight type, and numpy's
     # int8 kernel widens the 80 MB token embedding at every step (decoding 1.6x slower);
-    # batched int8 on numpy is bit for bit in tests/whisper/decoding/test_batched.py, and
-    # the short clip behind a long file below runs int8, as `tensorplan serve` does
+    # batched int8 on numpy is bit for bit in tests/whisper/decoding/test_batched.py
     return tiny_model_factory(backend="numpy", compute_type="float32")
-
-
-@pytest.fixture(scope="module")
-def tiny_int8(tiny_model_factory):
-    return tiny_model_factory(backend="numpy", compute_type="int8")
 
 
 @pytest.fixture(scope="module")
@@ -227,11 +221,10 @@ def long_speech(tmp_path_factory) -> np.ndarray:
     return load_audio(make_speech(path, f"{TEXT} {TEXT}"))
 
 
-def test_a_short_clip_behind_a_long_file_finishes_first(tiny_int8, jfk_audio,
+def test_a_short_clip_behind_a_long_file_finishes_first(tiny, jfk_audio,
                                                         long_speech) -> None:
     """The short request's one window joins the long file's decoding at the next step
     boundary: it does not wait for the file's remaining windows."""
-    tiny = tiny_int8
     assert len(long_speech) > 90 * 16000
     alone = tiny.transcribe(jfk_audio, beam_size=None)  # greedy: fairness, not search
     events: list[str] = []
