@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import numpy as np
 import pytest
 from backend_cases import STRATEGIES, plan
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
 from tensorplan import dtype as dt
@@ -259,6 +259,24 @@ def _bytes(buf: Any) -> bytes:
 BACKENDS = {"numpy": _numpy} | ({"torch": _torch, "device": _device} if torch_available() else {})
 
 
+def argmax_near_tie(graph: Graph, values: dict[Tensor, np.ndarray]) -> bool:
+    """Whether some argmax in `graph` picks between values closer than float32 rounding:
+    kernels that round differently may pick either, and all that follows differs by O(1).
+    (x + c) - x over a row is such a tie: c in every element, up to each kernel's rounding
+    of x. A comparison of aliasing is only meaningful without one."""
+    for t in graph.nodes:
+        if t.op is None or t.op.name != "argmax":
+            continue
+        x = np.moveaxis(values[t.srcs[0]], t.params["axis"], -1)
+        if x.shape[-1] < 2 or not np.isfinite(x).all():
+            continue
+        top2 = np.sort(x, axis=-1)[..., -2:]
+        scale = float(np.abs(x).max(initial=0.0))
+        if np.any(top2[..., 1] - top2[..., 0] <= 1e-5 + 1e-4 * scale):
+            return True
+    return False
+
+
 @pytest.mark.parametrize("backend_name", sorted(BACKENDS))
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -280,6 +298,8 @@ def test_planned_run_equals_reference(
         rng = np.random.default_rng(run)
         inputs = {t: f(rng) for t, f in builder.samplers.items() if t in set(graph.leafs)}
         want = evaluate(graph, inputs, read=backend.get)
+        if not exact and argmax_near_tie(graph, want):
+            reject()
         for t, value in inputs.items():
             backend.set(t, value)
         made = backend.views_made
@@ -301,3 +321,21 @@ def test_planned_run_equals_reference(
         assert _bytes(builder.ext) == external, "external bytes changed"
         for before, after in zip(params, builder.params, strict=True):
             assert before.tobytes() == after.tobytes(), "a weight changed"
+
+
+def test_argmax_near_ties_are_found() -> None:
+    """The draw that failed on the device backend (naive placement, so no aliasing at all):
+    ids = argmax((x @ x.T + c) - x @ x.T) picked another column than the reference, since
+    every element of a row is c up to rounding, and PyTorch's product rounds otherwise."""
+    x = ops.input((3, 2), name="x")
+    c = ops.input((), name="c")
+    product = ops.matmul(x, x, transpose_b=True)
+    ids = ops.argmax(ops.sub(ops.add(product, c), product))
+    tied = Graph.build([ids])
+    rng = np.random.default_rng(0)
+    values = evaluate(tied, {x: rng.uniform(-2, 2, (3, 2)).astype(np.float32),
+                             c: np.float32(0.7)})
+    assert argmax_near_tie(tied, values)
+    clear = Graph.build([ops.argmax(product)])
+    distinct = np.array([[2.0, 0.0], [0.0, 1.0], [1.0, 1.5]], np.float32)
+    assert not argmax_near_tie(clear, evaluate(clear, {x: distinct}))
