@@ -25,3 +25,24 @@ def pytest_xdist_auto_num_workers(config: object) -> int:
 settings.register_profile("fast", max_examples=50, deadline=None)
 settings.register_profile("ci", max_examples=100, deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
+
+
+# The longest modules (tens of seconds each, measured with --durations), longest first.
+# `--dist loadscope` deals modules out to the workers in collection order; dealt last, one
+# of these kept a worker busy while the other sat idle. Dealt first, the short modules
+# fill in around them and the workers end together (longest processing time first).
+LONGEST_MODULES = (
+    "tests/whisper/planned/test_sessions.py",
+    "tests/serve/test_realtime.py",
+    "tests/robustness/test_bad_inputs_cli.py",
+    "tests/compat/test_faster_whisper.py",
+    "tests/serve/test_serve_slow_clients_and_bounds.py",
+    "tests/whisper/decoding/test_batched.py",
+    "tests/whisper/planned/test_step_engine.py",
+    "tests/live/test_engine.py",
+)
+
+
+def pytest_collection_modifyitems(items: list) -> None:
+    rank = {path: i for i, path in enumerate(LONGEST_MODULES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
