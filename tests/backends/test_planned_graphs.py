@@ -279,7 +279,7 @@ def argmax_near_tie(graph: Graph, values: dict[Tensor, np.ndarray]) -> bool:
 
 @pytest.mark.parametrize("backend_name", sorted(BACKENDS))
 @pytest.mark.parametrize("strategy", STRATEGIES)
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_planned_run_equals_reference(
     backend_name: str, strategy: str, data: st.DataObject
@@ -287,6 +287,21 @@ def test_planned_run_equals_reference(
     """numpy: bit for bit. torch: other kernels (fused, vectorised) over the same plan, so
     the same values up to float32 rounding; what this checks is that aliasing, in-place
     runs and views behave the same through PyTorch's kernels."""
+    check_planned_run(backend_name, strategy, data)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend_name", sorted(BACKENDS))
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_planned_run_equals_reference_long(
+    backend_name: str, strategy: str, data: st.DataObject
+) -> None:
+    check_planned_run(backend_name, strategy, data)
+
+
+def check_planned_run(backend_name: str, strategy: str, data: st.DataObject) -> None:
     backend = BACKENDS[backend_name]()
     exact = backend_name == "numpy"
     builder = _Builder(data, backend)
