@@ -100,7 +100,6 @@ class _Local:
         if time.perf_counter() > deadline:
             raise OutOfTime
         self.items = items
-        self.nbrs = nbrs
         self.size = np.asarray(size, dtype=np.int64)
         deg = np.fromiter(map(len, nbrs), dtype=np.int64, count=n)
         self.ptr = np.zeros(n + 1, dtype=np.int64)
@@ -176,9 +175,11 @@ class _Local:
                 self.fast = 2 * cap * self.most_shared * (1 + penalties) < self.SAFE
         return y.tolist(), spent
 
-    def _pair_overlaps(self, y: np.ndarray) -> np.ndarray:
-        """Every entry's overlap in bytes (0 where none)."""
+    def _pair_overlaps(self, y: np.ndarray, entries: np.ndarray | None = None) -> np.ndarray:
+        """Every entry's overlap in bytes (0 where none), or those of `entries`."""
         src, dst, size = self.src, self.dst, self.size
+        if entries is not None:
+            src, dst = src[entries], dst[entries]
         ys, yd = y[src], y[dst]
         o: np.ndarray = np.minimum(ys + size[src], yd + size[dst]) - np.maximum(ys, yd)
         o[o < 0] = 0
@@ -259,10 +260,8 @@ class _Local:
         # the bad items' entries: each run of `counts` from its start
         entries = np.repeat(starts - (np.cumsum(counts) - counts), counts) + \
             np.arange(int(counts.sum()), dtype=np.int64)
-        src, dst, size = self.src[entries], self.dst[entries], self.size
-        ys, yd = y[src], y[dst]
-        over = np.minimum(ys + size[src], yd + size[dst]) - np.maximum(ys, yd) > 0
-        pairs = entries[over & (src < dst)]
+        over = self._pair_overlaps(y, entries) > 0
+        pairs = entries[over & (self.src[entries] < self.dst[entries])]
         weight[pairs] += self.shared[pairs]
         weight[self.back[pairs]] += self.shared[pairs]
 
