@@ -284,9 +284,6 @@ def argmax_near_tie(graph: Graph, values: dict[Tensor, np.ndarray]) -> bool:
 def test_planned_run_equals_reference(
     backend_name: str, strategy: str, data: st.DataObject
 ) -> None:
-    """numpy: bit for bit. torch: other kernels (fused, vectorised) over the same plan, so
-    the same values up to float32 rounding; what this checks is that aliasing, in-place
-    runs and views behave the same through PyTorch's kernels."""
     check_planned_run(backend_name, strategy, data)
 
 
@@ -302,6 +299,9 @@ def test_planned_run_equals_reference_long(
 
 
 def check_planned_run(backend_name: str, strategy: str, data: st.DataObject) -> None:
+    """numpy: bit for bit. torch: other kernels (fused, vectorised) over the same plan, so
+    the same values up to float32 rounding; what this checks is that aliasing, in-place
+    runs and views behave the same through PyTorch's kernels."""
     backend = BACKENDS[backend_name]()
     exact = backend_name == "numpy"
     builder = _Builder(data, backend)

@@ -113,7 +113,7 @@ def test_a_request_cancelled_mid_decode_leaves_the_others_alone(tiny, jfk_audio,
                                                                 alone) -> None:
     every = requests(jfk_audio, spoken)
     jobs = [every[1], every[3], every[0]]  # jfk beam 5, the prompted clip, jfk
-    alone = [alone[1], alone[3], alone[0]]
+    want = [alone[1], alone[3], alone[0]]
     calls = [0]
 
     def check() -> None:  # the first request stops in the middle of its first window
@@ -127,8 +127,8 @@ def test_a_request_cancelled_mid_decode_leaves_the_others_alone(tiny, jfk_audio,
         assert engine.stats()["engine_tasks"] == 0  # its slot was given back
         again = engine.session().transcribe(jfk_audio, beam_size=5)  # the engine still works
     assert isinstance(out[0], Stop)
-    assert shape(out[1]) == shape(alone[1]) and shape(out[2]) == shape(alone[2])
-    assert shape(again) == shape(alone[0])
+    assert shape(out[1]) == shape(want[1]) and shape(out[2]) == shape(want[2])
+    assert shape(again) == shape(want[0])
 
 
 _ALONE: dict[tuple, Any] = {}
