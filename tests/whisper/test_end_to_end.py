@@ -54,7 +54,13 @@ def test_encoder_and_first_logits_match_float64_reference(first_window, tiny_wei
     dims = tiny_weights.dims
     ref = Reference(tiny_weights, dims.n_audio_head, dims.n_text_head)
     enc_ref = ref.encode(mel)
-    assert _rel_err(model.encoder_output(), enc_ref) <= 1e-4
+    d = dims.n_text_state
+    for layer in (0, dims.n_text_layer - 1):  # the encoder as the decoder reads it
+        w = ref.p(f"decoder/layer_{layer}/attention/linear_1/weight")
+        b = ref.p(f"decoder/layer_{layer}/attention/linear_1/bias")
+        k, v = model.cross_kv(layer)
+        assert _rel_err(k, enc_ref @ w[:d].T + b[:d]) <= 1e-4
+        assert _rel_err(v, enc_ref @ w[d:].T + b[d:]) <= 1e-4
 
     tok = model.tokenizer
     prompt = [tok.sot, tok.no_timestamps, *tok.encode(" And so my fellow")]

@@ -25,7 +25,8 @@ def _rel_err(got: np.ndarray, want: np.ndarray) -> float:
 
 
 def _first_logits(model, jfk_audio) -> tuple[np.ndarray, np.ndarray]:
-    """(encoder output, logits of the first and last prompt positions), jfk window."""
+    """(first decoder layer's cross K and V, logits of the first and last prompt
+    positions), jfk window."""
     from tensorplan.whisper.audio.mel import log_mel_spectrogram
 
     m = model.session().state
@@ -34,7 +35,7 @@ def _first_logits(model, jfk_audio) -> tuple[np.ndarray, np.ndarray]:
     tok = m.tokenizer
     prompt = [tok.sot, tok.no_timestamps, *tok.encode(" And so my fellow Americans ask")]
     logits = m.inference(1).logits(np.array([prompt]), positions=[0, len(prompt) - 1])
-    return m.encoder_output(), logits[0]
+    return np.stack(m.cross_kv(0)), logits[0]
 
 
 @needs_torch

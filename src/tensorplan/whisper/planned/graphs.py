@@ -143,16 +143,23 @@ def build_encoder(p: Params, dims: Dims, x: Tensor) -> Tensor:
 def build_cross(
     p: Params, dims: Dims, enc: Tensor, kv_dtype: dt.DType = dt.float32
 ) -> list[tuple[Tensor, Tensor]]:
-    """encoder output (A, d) -> per decoder layer (K, V), each (A, d) in kv_dtype."""
-    d = dims.n_text_state
+    """encoder output (A, d) -> per decoder layer (K, V), each (H, A, dh) in kv_dtype.
+
+    Head-major: every decoder step reads each head's K and V whole, and a head's (A, dh)
+    block read contiguously is about twice as fast as the same block strided across the
+    rows of an (A, d) matrix (8 windows' cross-attention scores on 2 cores: 0.55 against
+    1.18 ms); the reordering costs one copy per window."""
+    d, n_head = dims.n_text_state, dims.n_text_head
     kv = []
     for i in range(dims.n_text_layer):
         prefix = f"decoder/layer_{i}/attention/linear_1"  # K and V fused: (2d, d), (2d,)
-        k = _linear(enc, p, prefix, f"cross_k{i}", rows=(0, d))
-        v = _linear(enc, p, prefix, f"cross_v{i}", rows=(d, d))
-        if kv_dtype != k.dtype:
-            k, v = ops.cast(k, kv_dtype, f"cross_k{i}"), ops.cast(v, kv_dtype, f"cross_v{i}")
-        kv.append((k, v))
+        pair = []
+        for part, rows in (("k", (0, d)), ("v", (d, d))):
+            name = f"cross_{part}{i}"
+            heads = _by_head(_linear(enc, p, prefix, f"{name}.rows", rows=rows), n_head)
+            pair.append(ops.cont(heads, name=name) if kv_dtype == heads.dtype
+                        else ops.cast(heads, kv_dtype, name))
+        kv.append((pair[0], pair[1]))
     return kv
 
 
@@ -224,7 +231,7 @@ def _cross_attention(
 ) -> tuple[Tensor, Tensor]:
     """Returns (output (B*N, d), pre-softmax scores (H, B*N, A)).
 
-    n_windows > 0: kv holds that many windows' K/V stacked, (W*A, d), and the B*N rows
+    n_windows > 0: kv holds that many windows' K/V, (W, H, A, dh), and the B*N rows
     come grouped by window (rows of window w are the w-th equal run): each run attends to
     its own window (batched transcription: one chunk of audio per window).
 
@@ -236,7 +243,7 @@ def _cross_attention(
     if n_windows:
         return _windows_cross_attention(h, p, prefix, kv, n_windows, n_head)
     q = _by_head(_linear(h, p, f"{prefix}/linear_0", f"{prefix}/q"), n_head)  # (H, B*N, dh)
-    k, v = _by_head(kv[0], n_head), _by_head(kv[1], n_head)  # (H, A, dh)
+    k, v = kv  # (H, A, dh)
     scores = ops.matmul(q, k, transpose_b=True, name=f"{prefix}/scores")  # (H, B*N, A)
     probs = ops.softmax(scores, scale=(d // n_head) ** -0.5)
     o = ops.matmul(probs, v, name=f"{prefix}/attn")  # (H, B*N, dh)
@@ -251,10 +258,9 @@ def _windows_cross_attention(
     window; each window's K is still read once per step for all of its rows (beams)."""
     d = h.shape[1]
     q = _linear(h, p, f"{prefix}/linear_0", f"{prefix}/q")  # (W*R, d)
-    n_rows, n_audio = q.shape[0] // n_windows, kv[0].shape[0] // n_windows
+    n_rows = q.shape[0] // n_windows
     qh = _split_heads(q, 0, n_windows, n_rows, n_head, d)  # (W, H, R, dh)
-    k = _split_heads(kv[0], 0, n_windows, n_audio, n_head, d)  # (W, H, A, dh)
-    v = _split_heads(kv[1], 0, n_windows, n_audio, n_head, d)
+    k, v = kv  # (W, H, A, dh)
     scores = ops.matmul(qh, k, transpose_b=True, name=f"{prefix}/scores")  # (W, H, R, A)
     probs = ops.softmax(scores, scale=(d // n_head) ** -0.5)
     o = ops.matmul(probs, v, name=f"{prefix}/attn")  # (W, H, R, dh)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tensorplan.backends.base import Executor, bind_templates
+from tensorplan.tensor import Tensor
 from tensorplan.whisper.planned import graphs
 from tensorplan.whisper.planned.model import HEAD_ROWS, PROMPT_BUCKETS, DecoderGraph, WhisperModel
 from tensorplan.whisper.planned.window_batch import BatchDecoder, BatchGraphs, WindowBatch
@@ -159,8 +160,16 @@ class WhisperSession:
         for name in ("conv", "encoder", "cross"):
             ex.compute(stages[name].graph)
 
-    def encoder_output(self) -> np.ndarray:
-        return np.asarray(self.executor.get(self.model.encoded))
+    def cross_kv(self, layer: int) -> tuple[np.ndarray, np.ndarray]:
+        """The encoded window as decoder `layer` reads it: its cross-attention K and V,
+        float32 (A, d) with heads side by side, as a reference model computes them.
+        (The encoder's own output is not kept: once the cross stage has read it, the
+        planner lends its bytes to that stage's other tensors.)"""
+        def rows(t: Tensor) -> np.ndarray:
+            heads = np.asarray(self.executor.get(t), np.float32)  # (H, A, dh)
+            return heads.transpose(1, 0, 2).reshape(heads.shape[1], -1)
+        k, v = self.model.kv_cross[layer]
+        return rows(k), rows(v)
 
     def inference(self, n_batch: int) -> KVInference:
         return KVInference(self, n_batch)

@@ -1,6 +1,6 @@
 """The graphs that decode W windows at once (batched transcription), planned once per shape.
 
-A `WindowBatch` holds W windows' cross-attention K/V side by side, (W*A, d) per layer,
+A `WindowBatch` holds W windows' cross-attention K/V side by side, (W, H, A, dh) per layer,
 and a self-attention KV cache for W*G sequences (G: beams or 1), with sequence s of
 window s // G. Each window is encoded by the model's one-window graphs and its cross K/V
 copied into its slot (the encoder's products are already at their FLOP floor for one
@@ -57,8 +57,8 @@ class BatchGraphs:
 class WindowBatch:
     n_windows: int
     n_group: int  # sequences per window
-    kv_cross: tuple[tuple[Tensor, Tensor], ...]  # per layer (W*A, d) K and V
-    slots: tuple[tuple[tuple[Tensor, Tensor], ...], ...]  # [window][layer] (A, d) views
+    kv_cross: tuple[tuple[Tensor, Tensor], ...]  # per layer (W, H, A, dh) K and V
+    slots: tuple[tuple[tuple[Tensor, Tensor], ...], ...]  # [window][layer] (H, A, dh) views
     kv_self: tuple[tuple[Tensor, Tensor], ...]  # per layer (W*G*T, d) K and V
     sizes: tuple[BatchGraphs, ...]  # by increasing n_windows, the last all W
     pipeline: Pipeline
@@ -96,12 +96,14 @@ def plan_window_batch(param: ComputeWeights, dims: Dims, templates: TemplateBuff
     kv = dt.dtype(kv_dtype)
     make = templates.persistent
     n_seq = n_windows * n_group
-    cross = tuple((make((n_windows * n_audio, d), kv, f"batch.cross_k{i}"),
-                   make((n_windows * n_audio, d), kv, f"batch.cross_v{i}"))
+    n_head = dims.n_text_head
+    head_major = (n_head, n_audio, d // n_head)  # as the model's cross K/V (graphs.build_cross)
+    cross = tuple((make((n_windows, *head_major), kv, f"batch.cross_k{i}"),
+                   make((n_windows, *head_major), kv, f"batch.cross_v{i}"))
                   for i in range(dims.n_text_layer))
-    row = d * kv.itemsize
-    slots = tuple(tuple((ops.view(k, (n_audio, d), offset=w * n_audio * row),
-                         ops.view(v, (n_audio, d), offset=w * n_audio * row))
+    window = n_audio * d * kv.itemsize
+    slots = tuple(tuple((ops.view(k, head_major, offset=w * window),
+                         ops.view(v, head_major, offset=w * window))
                         for k, v in cross) for w in range(n_windows))
     kv_self = tuple((make((n_seq * t_ctx, d), kv, f"batch.kv_self.k{i}"),
                      make((n_seq * t_ctx, d), kv, f"batch.kv_self.v{i}"))
@@ -111,7 +113,7 @@ def plan_window_batch(param: ComputeWeights, dims: Dims, templates: TemplateBuff
 
     def add(name: str, n_win: int, n_tok: int, n_rows: int, n_kv: int) -> BatchDecoder:
         inp = graphs.decoder_inputs(n_win * n_group, n_tok, n_rows, n_kv)
-        refs = [(ops.view(k, (n_win * n_audio, d)), ops.view(v, (n_win * n_audio, d)))
+        refs = [(ops.view(k, (n_win, *head_major)), ops.view(v, (n_win, *head_major)))
                 for k, v in cross]  # the first n_win windows
         logits = graphs.build_decoder(param, dims, inp, n_win * n_group, n_tok, list(kv_self),
                                       refs, n_windows=n_win)
