@@ -10,12 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tensorplan.live.options import SAMPLE_RATE, TurnDetection
-from tensorplan.whisper.audio.vad import (
-    CONTEXT_SAMPLES,
-    STATE_SHAPE,
-    WINDOW_SAMPLES,
-    load_vad_model,
-)
+from tensorplan.whisper.audio.vad import CONTEXT_SAMPLES, WINDOW_SAMPLES, load_vad_model
 
 # inside speech, a window is silence only below threshold - this (Silero's hysteresis)
 EXIT_MARGIN = 0.15
@@ -25,25 +20,22 @@ class SpeechProbability:
     """One probability per 512 samples (32 ms), whatever sizes the audio arrives in."""
 
     def __init__(self) -> None:
-        self._model = load_vad_model().session  # onnxruntime: safe to share across threads
-        self._state = np.zeros(STATE_SHAPE, np.float32)
-        self._context = np.zeros(CONTEXT_SAMPLES, np.float32)
-        self._pending = np.zeros(0, np.float32)
-        self._rate = np.array(SAMPLE_RATE, np.int64)
+        self._model = load_vad_model()  # onnxruntime: safe to share across threads
+        self._state = self._model.initial_state()
+        self._pending = np.zeros(CONTEXT_SAMPLES, np.float32)  # the first window's context
 
     def feed(self, samples: np.ndarray) -> np.ndarray:
         """The probabilities of the windows `samples` completes."""
-        audio = np.concatenate([self._pending, samples]) if len(self._pending) else samples
-        n = len(audio) // WINDOW_SAMPLES
-        probs = np.empty(n, np.float32)
-        for i in range(n):
-            window = audio[i * WINDOW_SAMPLES:(i + 1) * WINDOW_SAMPLES]
-            x = np.concatenate([self._context, window])[None, :]
-            out, self._state = self._model.run(None, {"input": x, "state": self._state,
-                                                      "sr": self._rate})
-            probs[i] = out[0, 0]
-            self._context = window[-CONTEXT_SAMPLES:]
-        self._pending = np.array(audio[n * WINDOW_SAMPLES:], np.float32)
+        audio = np.concatenate([self._pending, np.asarray(samples, np.float32)])
+        n = (len(audio) - CONTEXT_SAMPLES) // WINDOW_SAMPLES
+        if n == 0:  # not one whole window yet
+            self._pending = audio
+            return np.zeros(0, np.float32)
+        frames = np.lib.stride_tricks.sliding_window_view(
+            audio, CONTEXT_SAMPLES + WINDOW_SAMPLES)[:n * WINDOW_SAMPLES:WINDOW_SAMPLES]
+        probs, self._state = self._model.windows(frames, self._state)
+        # what is kept: the last window's context and the samples of no whole window yet
+        self._pending = audio[n * WINDOW_SAMPLES:].copy()
         return probs
 
 

@@ -44,6 +44,7 @@ MAX_BACKLOG_S = 60.0  # audio not yet decoded; past it, reading the socket waits
 KEY_PROTOCOL = "openai-insecure-api-key."  # a browser's way to send the key
 BETA_PROTOCOL = "openai-beta.realtime-v1"
 POLICY_VIOLATION = 1008  # close code: no key, a wrong key, or a client that does not read
+INTERNAL_ERROR = 1011  # close code: a fault of this server's, logged with its traceback
 TRY_AGAIN_LATER = 1013  # close code: the model is still loading
 TAIL_EVENT = "tensorplan.transcription.tail"
 
@@ -124,6 +125,7 @@ class Connection:
 
     async def run(self) -> None:
         sender = asyncio.create_task(self._send_loop())
+        failed = False
         try:
             self.send({"type": self.session.created_event(), "event_id": _event_id(),
                        "session": self.session.render()})
@@ -134,10 +136,15 @@ class Connection:
                 await self._handle(dict(message))
         except (WebSocketDisconnect, RuntimeError):  # gone mid-send or mid-receive
             pass
+        except Exception:  # a bug of ours: this connection ends cleanly, the others go on
+            log.exception("realtime: connection failed")
+            failed = True
         finally:
             self.state.live.close(self.stream)
             sender.cancel()
-            if self.dropped:
+            if failed:
+                await self._close(INTERNAL_ERROR, "server_error")
+            elif self.dropped:
                 await self._close(POLICY_VIOLATION, "send_queue_full")
 
     # --- sending

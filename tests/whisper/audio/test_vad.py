@@ -98,28 +98,41 @@ def test_silence_and_noise_have_no_speech() -> None:
 
 
 @needs_vad
-def test_model_windows_match_silero_sequence_model() -> None:
-    """The one-window-at-a-time runner (state and 64-sample context carried by hand) equals
-    silero-vad's whole-sequence export, which frames the audio independently."""
-    ort = pytest.importorskip("onnxruntime")
-    path = vad.model_path().parent / "silero_vad_16k_sequence.onnx"
-    if not path.is_file():
-        pytest.skip(f"{path.name} ships only with newer silero-vad releases")
+@pytest.mark.parametrize("cut", [3 * SR + 100, 11 * SR])  # a partial last window; several runs
+def test_model_windows_match_silero_sequence_model(cut: int) -> None:
+    """The one-window-at-a-time model (state and 64-sample context carried by hand) and
+    silero-vad's whole-sequence export, read in runs of SEQUENCE_RUN windows with (h, c)
+    carried, give the same probabilities; the sequence model is the one used."""
+    path = vad.model_path()
+    if not (path.parent / vad.SEQUENCE_MODEL_FILE).is_file():
+        pytest.skip(f"{vad.SEQUENCE_MODEL_FILE} ships only with newer silero-vad releases")
     from tensorplan.whisper.audio.decode import load_audio
 
-    audio = load_audio(JFK)[:3 * SR + 100]  # a partial last window
-    n = -(-len(audio) // vad.WINDOW_SAMPLES)
-    padded = np.zeros(vad.CONTEXT_SAMPLES + n * vad.WINDOW_SAMPLES, np.float32)
-    padded[vad.CONTEXT_SAMPLES:vad.CONTEXT_SAMPLES + len(audio)] = audio
-    frames = np.lib.stride_tricks.sliding_window_view(
-        padded, vad.CONTEXT_SAMPLES + vad.WINDOW_SAMPLES)[::vad.WINDOW_SAMPLES]
-    zeros = np.zeros((1, 1, 128), np.float32)
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-    expected = session.run(None, {"input": np.ascontiguousarray(frames), "h": zeros,
-                                  "c": zeros})[0]
-    np.testing.assert_allclose(vad.load_vad_model()(audio), expected, atol=1e-5)
+    audio = load_audio(JFK)[:cut]
+    one_by_one = vad.SileroVad(path, sequence=False)(audio)
+    assert len(one_by_one) == -(-len(audio) // vad.WINDOW_SAMPLES)
+    assert vad.load_vad_model().sequence
+    np.testing.assert_allclose(vad.load_vad_model()(audio), one_by_one, atol=1e-5)
+
+
+@needs_vad
+@pytest.mark.parametrize("piece", [1, 100, 511, 512, 4000])
+def test_live_probabilities_fed_in_pieces_match_the_whole(piece: int) -> None:
+    """The live stream's VAD takes audio in whatever sizes a client sends, down to less
+    than one window (a G.711 append of 800 bytes at 8 kHz is 100 ms): fed piece by piece
+    it says what the model says of the whole audio, window for window."""
+    from tensorplan.live.speech import SpeechProbability
+    from tensorplan.whisper.audio.decode import load_audio
+
+    audio = load_audio(JFK)[:SR + 3 * vad.WINDOW_SAMPLES + 7]
+    if piece == 1:
+        audio = audio[:4 * vad.WINDOW_SAMPLES]  # sample by sample: keep it short
+    live = SpeechProbability()
+    probs = np.concatenate([live.feed(audio[i:i + piece]) for i in range(0, len(audio), piece)])
+    whole = vad.load_vad_model()(audio)
+    n = len(audio) // vad.WINDOW_SAMPLES  # the whole windows; the live stream waits for more
+    assert len(probs) == n
+    np.testing.assert_allclose(probs, whole[:n], atol=1e-5)
 
 
 @needs_vad
