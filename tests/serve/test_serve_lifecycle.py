@@ -1,5 +1,6 @@
-"""Readiness before the model loads (in process, a fake model), translation on the base
-model, and SIGTERM with a transcription in flight (a real process; exit status 0)."""
+"""Readiness before the model loads and a realtime connection's fault (in process, a fake
+model), translation on the base model, and SIGTERM with a transcription in flight (a real
+process; exit status 0)."""
 
 from __future__ import annotations
 
@@ -124,3 +125,43 @@ def test_sigterm_with_work_in_flight_exits_0() -> None:
     assert code == 0, server.output()
     assert time.monotonic() - start < 60
     assert events[-1] in ("transcript.text.done", "error", "cut"), events
+
+
+def test_a_fault_of_ours_closes_one_realtime_connection_with_1011(monkeypatch: Any) -> None:
+    """A bug met while handling one connection's event (here: the stream's append raises)
+    is logged, that connection is closed with 1011, and the server and later connections
+    go on (an exception escaping the handler would drop the socket without a close)."""
+    import base64
+
+    from starlette.testclient import TestClient
+    from starlette.websockets import WebSocketDisconnect
+
+    from tensorplan.live.stream import LiveStream
+    from tensorplan.serve.app import create_app
+    from tensorplan.serve.config import ServeConfig
+
+    def broken(self: LiveStream, samples: Any) -> None:
+        raise ValueError("a bug")
+
+    app = create_app(ServeConfig(sessions=1), _FakeModel)
+    append = {"type": "input_audio_buffer.append",
+              "audio": base64.b64encode(bytes(4800)).decode()}
+    with TestClient(app) as http:
+        deadline = time.monotonic() + 30
+        while http.get("/ready").status_code != 200 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        url = "/v1/realtime?intent=transcription"
+        with monkeypatch.context() as patch:
+            patch.setattr(LiveStream, "append", broken)
+            with http.websocket_connect(url) as ws:
+                assert ws.receive_json()["type"] == "session.created"
+                ws.send_json(append)
+                with pytest.raises(WebSocketDisconnect) as closed:
+                    ws.receive_json()
+                assert closed.value.code == 1011
+        assert http.get("/health").status_code == 200
+        with http.websocket_connect(url) as ws:  # the next connection works
+            assert ws.receive_json()["type"] == "session.created"
+            ws.send_json(append)
+            ws.send_json({"type": "input_audio_buffer.clear"})
+            assert ws.receive_json()["type"] == "input_audio_buffer.cleared"
