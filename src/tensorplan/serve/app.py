@@ -59,9 +59,11 @@ class ServerState:
             beams = self.config.defaults.beam_size or 1  # the defaults' group size, made now
             engine = (model.engine(self.config.engine_windows, prepare=(beams,))
                       if self.config.engine_windows and hasattr(model, "engine") else None)
-            self.scheduler = Scheduler(pool, self.config.max_queue, engine)
-            self.live = _live_engine(pool)
-            self.model = model
+            scheduler = Scheduler(pool, self.config.max_queue, engine)
+            self.model, self.live = model, _live_engine(pool)
+            # last: /ready answers 200 once the scheduler is set, and a realtime connection
+            # made the moment after must find the live engine and the model there too
+            self.scheduler = scheduler
             log.warning("tensorplan serve: %s ready, %d session(s) x %d thread(s), "
                         "%.0f MiB each", self.config.model, self.config.sessions,
                         self.config.threads_per_session, pool.session_bytes / 2**20)
