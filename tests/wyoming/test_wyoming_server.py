@@ -187,6 +187,49 @@ def test_garbage_bytes_close_only_that_connection(server) -> None:
     assert _text(events) == GOLDEN
 
 
+@pytest.mark.parametrize("header, why", [
+    (b'{"data": {}}\n', "'type'"),
+    (b'{"type": "audio-chunk", "data_length": "12"}\n', "data_length"),
+    (b'{"type": "audio-chunk", "payload_length": 1099511627776}\n', "payload_length"),
+    (b'{"type": "audio-chunk", "data": [1], "data_length": 2}\n{}', "'data'"),
+    (b'{"type": "audio-chunk", "data_length": 3}\nxyz', "not valid JSON"),
+])
+def test_a_malformed_event_header_gets_an_error_then_the_connection_closes(
+        server, header, why) -> None:
+    """The stream's framing is lost, so the connection ends, but with an error event that
+    says why (a terabyte payload is refused, never read), and the server serves on."""
+    with socket.create_connection(("127.0.0.1", server[0])) as s:
+        s.sendall(header)
+        s.settimeout(30)
+        received = b""
+        while chunk := s.recv(65536):
+            received += chunk
+    assert b'"error"' in received and b"bad-request" in received, received
+    assert why.encode() in received, received
+    events = asyncio.run(_transcribe(server[0], *jfk_chunks()))
+    assert _text(events) == GOLDEN
+
+
+def test_an_event_missing_a_field_gets_an_error_and_the_connection_lives_on(server) -> None:
+    async def go():
+        async with AsyncTcpClient("127.0.0.1", server[0]) as client:
+            errors = []
+            for event in (Event(type="audio-start", data={"width": 2, "channels": 1}),
+                          Event(type="audio-chunk", data={}),
+                          Event(type="transcribe", data=[1])):  # type: ignore[arg-type]
+                await client.write_event(event)
+                errors.append(Error.from_event((await _read_until(client, "error"))[-1]))
+            await client.write_event(Describe().event())
+            return errors, (await _read_until(client, "info"))[-1]
+
+    errors, info = asyncio.run(go())
+    assert "audio-start" in errors[0].text and "rate" in errors[0].text
+    assert "audio-chunk" in errors[1].text
+    assert "transcribe" in errors[2].text
+    assert all(e.code == "bad-request" for e in errors)
+    assert info.type == "info"
+
+
 def test_too_long_audio_is_refused(server) -> None:
     rate, width, channels, _ = jfk_chunks()
     second = b"\0\0" * rate

@@ -17,11 +17,12 @@ class BadAudio(ValueError):
 
 
 def check_format(rate: object, width: object, channels: object) -> None:
-    if not isinstance(rate, int) or rate not in RATES:
+    if not isinstance(rate, int) or isinstance(rate, bool) or rate not in RATES:
         raise BadAudio(f"audio rate {rate!r} Hz is not supported (8000 to 192000)")
-    if width not in WIDTHS:
+    if not isinstance(width, int) or isinstance(width, bool) or width not in WIDTHS:
         raise BadAudio(f"audio width {width!r} is not supported (1, 2 or 4 bytes)")
-    if not isinstance(channels, int) or not 1 <= channels <= MAX_CHANNELS:
+    if not isinstance(channels, int) or isinstance(channels, bool) \
+            or not 1 <= channels <= MAX_CHANNELS:
         raise BadAudio(f"audio channels {channels!r} is not supported (1 to {MAX_CHANNELS})")
 
 

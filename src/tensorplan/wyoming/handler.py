@@ -4,7 +4,9 @@ transcribe (optional: language, model name) → audio-start → audio-chunk* →
 the server answers transcript-start, one transcript-chunk per segment as it is decoded,
 transcript-stop and the whole transcript (clients that do not stream read only the last;
 Home Assistant waits for `transcript`). A bad event or audio format gets an `error` event
-and the connection carries on; the decode runs in a thread, at most `sessions` at once.
+and the connection carries on; a stream that no longer holds well-formed events
+(framing.py) gets one and is closed; a client gone mid-decode is a quiet disconnect. The
+decode runs in a thread, at most `sessions` at once.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from tensorplan.whisper.api import Whisper
 from tensorplan.whisper.options import TranscribeOptions
 from tensorplan.whisper.result import Segment, TranscriptionResult
 from tensorplan.wyoming.audio import BadAudio, Utterance, check_format
+from tensorplan.wyoming.framing import BadFrame, read_event
 from tensorplan.wyoming.info import describe, languages
 
 log = logging.getLogger("tensorplan.wyoming")
@@ -50,9 +53,33 @@ class Handler(AsyncEventHandler):
         self.language: str | None = None
         self.utterance: Utterance | None = None
 
+    async def run(self) -> None:
+        """The package's loop over events, reading them with bounded lengths (framing.py)."""
+        self._is_running = True
+        try:
+            while self._is_running:
+                try:
+                    event = await read_event(self.reader)
+                except BadFrame as e:
+                    log.warning("wyoming: a client sent a malformed event: %s", e)
+                    await self.error(str(e), "bad-request")
+                    break
+                if event is None or not await self.handle_event(event):
+                    break
+        except ConnectionError:
+            pass  # gone while we wrote to it
+        finally:
+            await self.disconnect()
+            self.writer.close()
+
     async def handle_event(self, event: Event) -> bool:
+        """False ends the connection: the client is gone."""
         try:
             await self._handle(event)
+        except ConnectionError:
+            log.info("wyoming: a client left during %s", event.type)
+            self.utterance = None
+            return False
         except (BadAudio, UserError, ValueError) as e:
             self.utterance = None
             await self.error(str(e), "bad-request")
@@ -66,18 +93,18 @@ class Handler(AsyncEventHandler):
         if Describe.is_type(event.type):
             await self.write_event(describe(self.shared.whisper, self.shared.model_name).event())
         elif Ping.is_type(event.type):
-            await self.write_event(Pong(text=Ping.from_event(event).text).event())
+            await self.write_event(Pong(text=_parse(Ping, event).text).event())
         elif Transcribe.is_type(event.type):
-            self.transcribe_request(Transcribe.from_event(event))
+            self.transcribe_request(_parse(Transcribe, event))
         elif AudioStart.is_type(event.type):
-            start = AudioStart.from_event(event)
+            start = _parse(AudioStart, event)
             self.utterance = None
             check_format(start.rate, start.width, start.channels)
             self.utterance = Utterance(self.shared.max_seconds)
         elif AudioChunk.is_type(event.type):
             if self.utterance is None:
                 raise BadAudio("audio-chunk before audio-start")
-            self.utterance.add(AudioChunk.from_event(event))
+            self.utterance.add(_parse(AudioChunk, event))
         elif AudioStop.is_type(event.type):
             if self.utterance is None:
                 raise BadAudio("audio-stop before audio-start")
@@ -128,6 +155,17 @@ class Handler(AsyncEventHandler):
 
     async def error(self, text: str, code: str) -> None:
         await self.write_event(Error(text=text, code=code).event())
+
+
+def _parse(kind: Any, event: Event) -> Any:
+    """`kind.from_event(event)`, a missing or mistyped field a client's mistake (the
+    package indexes `data` as it finds it)."""
+    try:
+        return kind.from_event(event)
+    except (KeyError, TypeError, AttributeError) as e:
+        field = f" {e}" if isinstance(e, KeyError) else ""
+        raise ValueError(f"{event.type}: a field is missing or of the wrong type{field}") \
+            from None
 
 
 def _fields(options: TranscribeOptions) -> dict[str, Any]:
