@@ -22,7 +22,8 @@ from tensorplan.whisper.options import DecodingOptions, TranscribeOptions
     ("temperature", ()), ("patience", math.inf), ("beam_size", MAX_SEQUENCES + 1),
     ("best_of", 0), ("seed", -1), ("seed", 2**64), ("max_initial_timestamp", -1.0),
     ("max_initial_timestamp", math.inf), ("clip_timestamps", (5.0, 3.0)),
-    ("clip_timestamps", (math.nan,)), ("no_speech_threshold", 1.5),
+    ("clip_timestamps", (math.nan,)), ("clip_timestamps", (1e308,)),
+    ("no_speech_threshold", 1.5),
     ("compression_ratio_threshold", math.nan), ("suppress_tokens", (-2,)),
     ("sample_len", 0), ("audio_stream", -1), ("beam_size", True),
 ])

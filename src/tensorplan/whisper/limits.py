@@ -27,6 +27,8 @@ MAX_KV_ENV = "TENSORPLAN_MAX_KV_BYTES"
 # clip_timestamps spans: each is decoded as at least one 30 s window whatever its length, so
 # a list of 10,000 tiny spans kept a server's session busy for minutes on seconds of audio
 MAX_CLIP_SPANS = 100
+# and their times: past any audio a file can hold (1e308 s overflowed the frame count)
+MAX_CLIP_SECONDS = 1e9
 # decoded audio one server request may hold (--max-audio-seconds): checked against the
 # container's declared duration before decoding, and counted while decoding
 DEFAULT_MAX_AUDIO_SECONDS = 4 * 3600.0

@@ -30,6 +30,7 @@ import numpy as np
 from tensorplan.whisper.audio.constants import CHUNK_LENGTH
 from tensorplan.whisper.flags import option
 from tensorplan.whisper.limits import (
+    MAX_CLIP_SECONDS,
     MAX_CLIP_SPANS,
     MAX_PATIENCE,
     MAX_SEED,
@@ -261,8 +262,9 @@ def check_clips(clips: Any) -> None:
           f"more than {MAX_CLIP_SPANS} (each is decoded as at least one 30 s window)")
     for t in clips:
         check(isinstance(t, int | float | np.integer | np.floating) and not isinstance(t, bool)
-              and math.isfinite(t) and t >= 0,
-              f"clip_timestamps must be finite, non-negative seconds, got {_short(t)}")
+              and math.isfinite(t) and 0 <= t <= MAX_CLIP_SECONDS,
+              f"clip_timestamps must be seconds from 0 to {MAX_CLIP_SECONDS:g}, "
+              f"got {_short(t)}")
     for i in range(1, len(clips)):
         if i % 2:  # an end after its start
             check(clips[i] > clips[i - 1], f"clip_timestamps: span {i // 2 + 1} ends at "
