@@ -119,6 +119,56 @@ def test_g711_and_pcm_decoding() -> None:
         PcmDecoder("flac")
 
 
+@pytest.mark.parametrize("encoding, rate", [("s16le", 24000), ("mulaw", 8000),
+                                            ("s16le", 16000)])
+def test_a_flush_gives_back_what_the_resampler_held(encoding: str, rate: int) -> None:
+    """At a commit the turn gets all of its audio: 6 s in 100 ms pieces are 6 s out once
+    flushed (without the flush, 5.964 s at 24 kHz and 5.914 s for G.711), and after the
+    flush the decoder starts afresh: the next 6 s are 6 s too."""
+    d = PcmDecoder(encoding, rate)
+    piece = bytes(rate // 10 * (2 if encoding == "s16le" else 1))
+    for _ in range(2):
+        n = sum(len(d.decode(piece)) for _ in range(60)) + len(d.flush())
+        assert n == 6 * 16000
+
+
+def test_a_low_threshold_still_ends_the_turn() -> None:
+    """The exit threshold is threshold - 0.15 but at least 0.01 (as Silero's): at 0.1 a
+    turn must still end after its silence instead of never."""
+    from tensorplan.live.speech import TurnDetector
+
+    detector = TurnDetector(TurnDetection(threshold=0.1, silence_duration_ms=500))
+    probs = np.array([0.9] * 10 + [0.003] * 40, np.float32)
+    assert [b.kind for b in detector.windows(probs, 0)] == ["start", "stop"]
+
+
+@needs_vad
+def test_turn_detection_switched_on_mid_turn_announces_the_open_turn() -> None:
+    """A turn opened without turn detection had no speech_started; switched to server VAD
+    it continues until silence, and its speech_stopped follows a speech_started."""
+    events: list[Any] = []
+    stream = LiveStream(GREEDY, None, events.extend)
+    stream.append(np.zeros(8000, np.float32))
+    stream.configure(GREEDY, TurnDetection(silence_duration_ms=200))
+    stream.append(np.zeros(16000, np.float32))  # silence: the turn ends
+    kinds = [type(e).__name__ for e in events]
+    assert kinds[:3] == ["SpeechStarted", "SpeechStopped", "Committed"], kinds
+    assert events[0].audio_start_ms == 0
+
+
+@needs_vad
+def test_without_turn_detection_a_commit_needs_100_ms() -> None:
+    """OpenAI's rule: a commit of less than 100 ms of audio is refused (the client gets
+    input_audio_buffer_commit_empty); the audio stays for the next commit."""
+    stream = LiveStream(GREEDY, None, lambda events: None)
+    assert not stream.commit()
+    stream.append(np.zeros(1000, np.float32))  # 62.5 ms
+    assert not stream.commit()
+    stream.append(np.zeros(700, np.float32))  # 106 ms in all
+    assert stream.commit()
+    assert not stream.commit()
+
+
 # --- a stream over a real session
 
 

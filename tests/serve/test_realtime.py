@@ -230,7 +230,19 @@ def _exchange(ws: Any, frame: str | bytes) -> dict[str, Any]:
      '{"format": {"type": "audio/pcm", "rate": 44100}}}}}', "invalid_session",
      "session.audio.input.format.rate"),
     ('{"type": "session.update", "session": {"type": "transcription", "audio": {"input": '
-     '{"format": {"type": "audio/flac"}}}}}', "invalid_session", "session.audio.input.format"),
+     '{"format": {"type": "audio/flac"}}}}}', "invalid_session",
+     "session.audio.input.format.type"),
+    ('{"type": "session.update", "session": {"type": "transcription", "audio": {"input": '
+     '{"format": {"type": ["audio/pcm"]}}}}}', "invalid_session",
+     "session.audio.input.format.type"),
+    ('{"type": "session.update", "session": {"type": "transcription", "audio": {"input": '
+     '{"format": {"type": "audio/pcm", "rate": 24000.0}}}}}', "invalid_session",
+     "session.audio.input.format.rate"),
+    ('{"type": "transcription_session.update", "session": {"input_audio_format": {}}}',
+     "invalid_session", "session.input_audio_format"),
+    ('{"type": "session.update", "session": {"type": "transcription", "audio": {"input": '
+     '{"turn_detection": {"type": "server_vad", "threshold": 1.5}}}}}', "invalid_session",
+     "session.audio.input.turn_detection.threshold"),
     ('{"type": "session.update", "session": {"type": "realtime"}}', "invalid_session",
      "session.type"),
     ('{"type": "session.update", "session": {"type": "transcription", "audio": {"input": '

@@ -66,6 +66,17 @@ class PcmDecoder:
             samples = self._resampler.resample_chunk(samples, last=last)
         return np.ascontiguousarray(samples, np.float32)
 
+    def flush(self) -> np.ndarray:
+        """The samples the resampler still holds back (its filter's delay: 36 ms at 24 kHz,
+        86 ms for G.711), and a fresh start: where the audio ends (a commit, a new format),
+        so they stay with the audio they belong to."""
+        self._rest = b""
+        if self._resampler is None:
+            return np.zeros(0, np.float32)
+        held = self._resampler.resample_chunk(np.zeros(0, np.float32), last=True)
+        self._resampler.clear()
+        return np.ascontiguousarray(held, np.float32)
+
     def seconds(self, n_bytes: int) -> float:
         """The audio `n_bytes` of input holds."""
         return n_bytes / self.frame_bytes / self.rate

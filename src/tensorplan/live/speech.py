@@ -12,8 +12,10 @@ import numpy as np
 from tensorplan.live.options import SAMPLE_RATE, TurnDetection
 from tensorplan.whisper.audio.vad import CONTEXT_SAMPLES, WINDOW_SAMPLES, load_vad_model
 
-# inside speech, a window is silence only below threshold - this (Silero's hysteresis)
+# inside speech, a window is silence only below threshold - this (Silero's hysteresis),
+# and never below EXIT_FLOOR: at a threshold of 0.15 or less a turn would never end
 EXIT_MARGIN = 0.15
+EXIT_FLOOR = 0.01
 
 
 class SpeechProbability:
@@ -48,7 +50,8 @@ class Boundary:
 
 class TurnDetector:
     """Speech starts at a window at `threshold` or above; it stops once the windows have
-    stayed below the exit threshold for `silence_duration_ms`."""
+    stayed below the exit threshold (threshold - EXIT_MARGIN, at least EXIT_FLOOR) for
+    `silence_duration_ms`."""
 
     def __init__(self, detection: TurnDetection) -> None:
         self.detection = detection
@@ -60,6 +63,7 @@ class TurnDetector:
         d = self.detection
         pad = d.prefix_padding_ms * SAMPLE_RATE // 1000
         silence = d.silence_duration_ms * SAMPLE_RATE // 1000
+        exit_below = max(d.threshold - EXIT_MARGIN, EXIT_FLOOR)
         found: list[Boundary] = []
         for i, p in enumerate(probs):
             start = first_sample + i * WINDOW_SAMPLES
@@ -71,7 +75,7 @@ class TurnDetector:
                 continue
             if p >= d.threshold:
                 self._silent_since = None
-            elif p < d.threshold - EXIT_MARGIN and self._silent_since is None:
+            elif p < exit_below and self._silent_since is None:
                 self._silent_since = start
             if self._silent_since is not None and end - self._silent_since >= silence:
                 self.in_speech, self._silent_since = False, None

@@ -67,7 +67,8 @@ def hallucinated(words: list[Word]) -> bool:
 class Turn:
     def __init__(self, number: int, start: int, audio: np.ndarray) -> None:
         self.number = number
-        self.offset = start  # stream sample of audio[0]
+        self.start = start  # stream sample where the turn began
+        self.offset = start  # stream sample of audio[0] (moves as the front is trimmed)
         self.audio = SampleBuffer(audio)
         self.total = len(audio)  # samples the turn ever held
         self.decoded = 0  # samples of `audio` the last decode saw
@@ -140,10 +141,15 @@ class LiveStream:
         with self._lock:
             self.options = options
             if detection != self.detection:
+                was_detecting = self._detector is not None
                 self.detection = detection
                 self._detector = TurnDetector(detection) if detection else None
                 if self._detector is not None and self._current is not None:
                     self._detector.in_speech = True  # the open turn continues until silence
+                    if not was_detecting:  # its speech_stopped will need a speech_started
+                        turn = self._current
+                        self._emit([SpeechStarted(turn.number,
+                                                  turn.start * 1000 // SAMPLE_RATE)])
 
     def append(self, samples: np.ndarray) -> None:
         """16 kHz mono float32 samples."""
@@ -194,7 +200,9 @@ class LiveStream:
     def commit(self) -> bool:
         """End the current turn now (the client's commit); False: nothing to commit."""
         with self._lock:
-            if self._since_commit < MIN_COMMIT_S * SAMPLE_RATE and self._current is None:
+            short = self._since_commit < MIN_COMMIT_S * SAMPLE_RATE
+            # without turn detection any append opens the turn: the audio's length decides
+            if short and (self._current is None or self._detector is None):
                 return False
             if self._current is None:  # audio without speech: a turn that will say nothing
                 self._open(self.received, np.zeros(0, np.float32))

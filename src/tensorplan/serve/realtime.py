@@ -244,14 +244,16 @@ class Connection:
     async def _dispatch(self, event: dict[str, Any]) -> None:
         kind = event["type"]
         if kind in ("session.update", "transcription_session.update"):
-            self._update(event)
+            await self._update(event)
         elif kind == "input_audio_buffer.append":
             await self._append(event)
         elif kind == "input_audio_buffer.commit":
+            await self._flush_decoder()
             if not self.stream.commit():
                 raise EventError("the input audio buffer is empty: append at least 100 ms "
                                  "of audio before committing", "input_audio_buffer_commit_empty")
         elif kind == "input_audio_buffer.clear":
+            self.decoder.flush()  # what the resampler held is cleared with the rest
             self.stream.clear()
             self.send({"type": "input_audio_buffer.cleared", "event_id": _event_id()})
         else:
@@ -260,13 +262,19 @@ class Connection:
                              "input_audio_buffer.append/commit/clear", "unknown_event_type",
                              "type")
 
-    def _update(self, event: dict[str, Any]) -> None:
+    async def _flush_decoder(self) -> None:
+        held = self.decoder.flush()
+        if len(held):
+            await asyncio.to_thread(self.stream.append, held)
+
+    async def _update(self, event: dict[str, Any]) -> None:
         try:
             new = self.session.updated(event, self.state.config.model_names,
                                        self.state.model.is_multilingual)
         except SessionError as e:
             raise EventError(str(e), "invalid_session", e.param) from None
         if (new.encoding, new.rate) != (self.session.encoding, self.session.rate):
+            await self._flush_decoder()  # the old format's last samples, then the new one
             self.decoder = PcmDecoder(new.encoding, new.rate)
         self.session = new
         self.stream.configure(self._options(), new.turn_detection)

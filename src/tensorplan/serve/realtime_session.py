@@ -84,7 +84,7 @@ class RealtimeSession:
         new = dataclasses.replace(self, shape="beta")
         if "input_audio_format" in s:
             name = s["input_audio_format"]
-            if name not in BETA_FORMATS:
+            if not isinstance(name, str) or name not in BETA_FORMATS:
                 raise SessionError(f"input_audio_format {name!r}: one of "
                                    f"{', '.join(BETA_FORMATS)}", "session.input_audio_format")
             encoding, rate = BETA_FORMATS[name]
@@ -99,12 +99,14 @@ class RealtimeSession:
 
     def _format_current(self, fmt: Any) -> RealtimeSession:
         param = "session.audio.input.format"
-        if not isinstance(fmt, dict) or fmt.get("type") not in FORMATS:
-            raise SessionError(f"{param}.type must be one of {', '.join(FORMATS)}", param)
+        if not isinstance(fmt, dict) or not isinstance(fmt.get("type"), str) \
+                or fmt["type"] not in FORMATS:
+            raise SessionError(f"{param}.type must be one of {', '.join(FORMATS)}",
+                               f"{param}.type")
         encoding, rate = FORMATS[fmt["type"]]
         if encoding == "s16le":
             rate = fmt.get("rate", 24000)
-            if rate not in PCM_RATES:
+            if type(rate) is not int or rate not in PCM_RATES:  # not 24000.0, not True
                 raise SessionError(f"{param}.rate must be 24000 (or 16000, tensorplan's "
                                    f"extension), got {rate!r}", f"{param}.rate")
         return dataclasses.replace(self, encoding=encoding, rate=rate)
@@ -188,5 +190,6 @@ def _turn_detection(td: Any, param: str) -> TurnDetection | None:
         values[name] = value
     try:
         return TurnDetection(**values)
-    except ValueError as e:
-        raise SessionError(f"{param}.{e}", param) from None
+    except ValueError as e:  # the message starts with the field's name
+        field_name = str(e).split(" ", 1)[0]
+        raise SessionError(f"{param}.{e}", f"{param}.{field_name}") from None
