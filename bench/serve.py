@@ -108,9 +108,10 @@ def post(url: str, name: str, data: bytes) -> float:
 
 
 def level(server: Server, name: str, data: bytes, clients: int, requests: int) -> dict[str, Any]:
-    # The peak RSS is the kernel's high-water mark, reset before the level: sampling /health
-    # 4 times a second cost a jfk request 0.35 -> 0.41 s (the server's event loop taking
-    # the GIL from the decode thread), which the ratio at 1 client then charged to the server.
+    # The peak RSS is the kernel's high-water mark, reset before the level: exact, and no
+    # load on the server under test (polling /health 4 times a second, as before, took
+    # the GIL from its decoding thread; measured at 0.37 against 0.39 s per jfk request,
+    # medians of three runs of 8: within this machine's noise, but not nothing).
     peak_reset = _reset_peak_rss(server.proc.pid)
     start = time.perf_counter()
     with ThreadPoolExecutor(clients) as pool:
