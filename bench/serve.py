@@ -112,7 +112,7 @@ def level(server: Server, name: str, data: bytes, clients: int, requests: int) -
     # load on the server under test (polling /health 4 times a second, as before, took
     # the GIL from its decoding thread; measured at 0.37 against 0.39 s per jfk request,
     # medians of three runs of 8: within this machine's noise, but not nothing).
-    peak_reset = _reset_peak_rss(server.proc.pid)
+    _reset_peak_rss(server.proc.pid)
     start = time.perf_counter()
     with ThreadPoolExecutor(clients) as pool:
         latencies = list(pool.map(lambda _: post(server.url, name, data),
@@ -123,7 +123,7 @@ def level(server: Server, name: str, data: bytes, clients: int, requests: int) -
     return {"clients": clients, "n": len(latencies), "wall_s": wall,
             "throughput": wav_seconds(data) * len(latencies) / wall,
             "p50_s": statistics.median(latencies), "p95_s": p95,
-            "rss_mib": _peak_rss(server.proc.pid) / 2**20, "rss_since_start": not peak_reset}
+            "rss_mib": _peak_rss(server.proc.pid) / 2**20}
 
 
 def _reset_peak_rss(pid: int) -> bool:

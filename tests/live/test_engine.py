@@ -157,6 +157,16 @@ def test_turn_detection_switched_on_mid_turn_announces_the_open_turn() -> None:
 
 
 @needs_vad
+def test_turn_detection_switched_off_and_on_announces_a_turn_once(jfk: np.ndarray) -> None:
+    events: list[Any] = []
+    stream = LiveStream(GREEDY, TurnDetection(), events.extend)
+    stream.append(jfk[:16000])  # speech: the turn starts
+    stream.configure(GREEDY, None)
+    stream.configure(GREEDY, TurnDetection())
+    assert [type(e).__name__ for e in events].count("SpeechStarted") == 1
+
+
+@needs_vad
 def test_without_turn_detection_a_commit_needs_100_ms() -> None:
     """OpenAI's rule: a commit of less than 100 ms of audio is refused (the client gets
     input_audio_buffer_commit_empty); the audio stays for the next commit."""

@@ -69,6 +69,7 @@ class Turn:
         self.number = number
         self.start = start  # stream sample where the turn began
         self.offset = start  # stream sample of audio[0] (moves as the front is trimmed)
+        self.announced = False  # its speech_started was sent
         self.audio = SampleBuffer(audio)
         self.total = len(audio)  # samples the turn ever held
         self.decoded = 0  # samples of `audio` the last decode saw
@@ -141,13 +142,13 @@ class LiveStream:
         with self._lock:
             self.options = options
             if detection != self.detection:
-                was_detecting = self._detector is not None
                 self.detection = detection
                 self._detector = TurnDetector(detection) if detection else None
-                if self._detector is not None and self._current is not None:
+                turn = self._current
+                if self._detector is not None and turn is not None:
                     self._detector.in_speech = True  # the open turn continues until silence
-                    if not was_detecting:  # its speech_stopped will need a speech_started
-                        turn = self._current
+                    if not turn.announced:  # its speech_stopped will need a speech_started
+                        turn.announced = True
                         self._emit([SpeechStarted(turn.number,
                                                   turn.start * 1000 // SAMPLE_RATE)])
 
@@ -179,6 +180,7 @@ class LiveStream:
                 for b in self._detector.windows(probs, first_window):
                     if b.kind == "start":
                         turn = self._open(b.sample, self._recent_since(b.sample))
+                        turn.announced = True
                         events.append(SpeechStarted(turn.number, b.sample * 1000 // SAMPLE_RATE))
                         at = b.window
                     elif self._current is not None:

@@ -18,7 +18,7 @@ import logging
 import secrets
 from typing import Any
 
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from tensorplan.live import (
     Committed,
@@ -134,11 +134,13 @@ class Connection:
                 if message["type"] == "websocket.disconnect":
                     break
                 await self._handle(dict(message))
-        except (WebSocketDisconnect, RuntimeError):  # gone mid-send or mid-receive
+        except WebSocketDisconnect:
             pass
-        except Exception:  # a bug of ours: this connection ends cleanly, the others go on
-            log.exception("realtime: connection failed")
-            failed = True
+        except Exception as e:  # a bug of ours: this connection ends cleanly, the others go on
+            # Starlette's RuntimeError for a receive or send after the client left is not
+            if not (isinstance(e, RuntimeError) and not self._connected()):
+                log.exception("realtime: connection failed")
+                failed = True
         finally:
             self.state.live.close(self.stream)
             sender.cancel()
@@ -146,6 +148,10 @@ class Connection:
                 await self._close(INTERNAL_ERROR, "server_error")
             elif self.dropped:
                 await self._close(POLICY_VIOLATION, "send_queue_full")
+
+    def _connected(self) -> bool:
+        return WebSocketState.CONNECTED == self.websocket.client_state == \
+            self.websocket.application_state
 
     # --- sending
 
@@ -277,9 +283,10 @@ class Connection:
             await self._flush_decoder()  # the old format's last samples, then the new one
             self.decoder = PcmDecoder(new.encoding, new.rate)
         self.session = new
-        self.stream.configure(self._options(), new.turn_detection)
         self.send({"type": new.updated_event(), "event_id": _event_id(),
                    "session": new.render()})
+        # after session.updated: turning detection on mid-turn announces the open turn
+        self.stream.configure(self._options(), new.turn_detection)
 
     async def _append(self, event: dict[str, Any]) -> None:
         audio = event.get("audio")

@@ -262,7 +262,7 @@ def check_clips(clips: Any) -> None:
           f"more than {MAX_CLIP_SPANS} (each is decoded as at least one 30 s window)")
     for t in clips:
         check(isinstance(t, int | float | np.integer | np.floating) and not isinstance(t, bool)
-              and math.isfinite(t) and 0 <= t <= MAX_CLIP_SECONDS,
+              and 0 <= t <= MAX_CLIP_SECONDS and math.isfinite(t),  # 10**400: no overflow
               f"clip_timestamps must be seconds from 0 to {MAX_CLIP_SECONDS:g}, "
               f"got {_short(t)}")
     for i in range(1, len(clips)):

@@ -12,6 +12,7 @@ decode runs in a thread, at most `sessions` at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -145,8 +146,15 @@ class Handler(AsyncEventHandler):
         async with self.shared.sessions:
             await self.write_event(TranscriptStart(language=self.language).event())
             decoding = loop.run_in_executor(None, run)
-            while (text := await texts.get()) is not None:
-                await self.write_event(TranscriptChunk(text=text).event())
+            try:
+                while (text := await texts.get()) is not None:
+                    await self.write_event(TranscriptChunk(text=text).event())
+            except ConnectionError:
+                # the client left: its decode still holds a session, so its slot is held
+                # until the decode ends (else clients that leave could start any number)
+                with contextlib.suppress(Exception):
+                    await decoding
+                raise
             result = await decoding
         await self.write_event(TranscriptStop().event())
         await self.write_event(Transcript(text=result.text.strip(),
