@@ -19,6 +19,7 @@ latency.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
@@ -126,14 +127,11 @@ def level(server: Server, name: str, data: bytes, clients: int, requests: int) -
             "rss_mib": _peak_rss(server.proc.pid) / 2**20}
 
 
-def _reset_peak_rss(pid: int) -> bool:
-    """Reset the process's VmHWM (Linux: 5 into clear_refs); False where that is refused
-    (the peak then counts from the server's start)."""
-    try:
+def _reset_peak_rss(pid: int) -> None:
+    """Reset the process's VmHWM (Linux: 5 into clear_refs); where that is refused the
+    peak counts from the server's start."""
+    with contextlib.suppress(OSError):
         Path(f"/proc/{pid}/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False
 
 
 def _peak_rss(pid: int) -> int:

@@ -10,7 +10,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from tensorplan.live.options import SAMPLE_RATE, TurnDetection
-from tensorplan.whisper.audio.vad import CONTEXT_SAMPLES, WINDOW_SAMPLES, load_vad_model
+from tensorplan.whisper.audio.vad import (
+    CONTEXT_SAMPLES,
+    WINDOW_SAMPLES,
+    context_frames,
+    load_vad_model,
+)
 
 # inside speech, a window is silence only below threshold - this (Silero's hysteresis),
 # and never below EXIT_FLOOR: at a threshold of 0.15 or less a turn would never end
@@ -33,9 +38,7 @@ class SpeechProbability:
         if n == 0:  # not one whole window yet
             self._pending = audio
             return np.zeros(0, np.float32)
-        frames = np.lib.stride_tricks.sliding_window_view(
-            audio, CONTEXT_SAMPLES + WINDOW_SAMPLES)[:n * WINDOW_SAMPLES:WINDOW_SAMPLES]
-        probs, self._state = self._model.windows(frames, self._state)
+        probs, self._state = self._model.windows(context_frames(audio, n), self._state)
         # what is kept: the last window's context and the samples of no whole window yet
         self._pending = audio[n * WINDOW_SAMPLES:].copy()
         return probs

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import TypeGuard
+
 import numpy as np
 from wyoming.audio import AudioChunk, AudioChunkConverter
 
@@ -16,13 +18,17 @@ class BadAudio(ValueError):
     """A format or length this server refuses; the message is sent as an error event."""
 
 
+def whole(value: object) -> TypeGuard[int]:
+    """A JSON whole number: an int, and not True or False (bool is an int in Python)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def check_format(rate: object, width: object, channels: object) -> None:
-    if not isinstance(rate, int) or isinstance(rate, bool) or rate not in RATES:
+    if not whole(rate) or rate not in RATES:
         raise BadAudio(f"audio rate {rate!r} Hz is not supported (8000 to 192000)")
-    if not isinstance(width, int) or isinstance(width, bool) or width not in WIDTHS:
+    if not whole(width) or width not in WIDTHS:
         raise BadAudio(f"audio width {width!r} is not supported (1, 2 or 4 bytes)")
-    if not isinstance(channels, int) or isinstance(channels, bool) \
-            or not 1 <= channels <= MAX_CHANNELS:
+    if not whole(channels) or not 1 <= channels <= MAX_CHANNELS:
         raise BadAudio(f"audio channels {channels!r} is not supported (1 to {MAX_CHANNELS})")
 
 

@@ -16,6 +16,8 @@ from typing import Any
 
 from wyoming.event import Event
 
+from tensorplan.wyoming.audio import whole
+
 MAX_HEADER_BYTES = 64 << 10  # one header line (asyncio's own readline limit)
 MAX_DATA_BYTES = 1 << 20  # the JSON data after a header
 # one payload: an audio-chunk of 10 s at 192 kHz, 8 channels of 4 bytes is 61 MB; clients
@@ -64,7 +66,7 @@ async def _read(reader: asyncio.StreamReader, header: dict[str, Any], field: str
     n = header.get(field)
     if n is None:
         return b""
-    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= limit:
+    if not whole(n) or not 0 <= n <= limit:
         raise BadFrame(f"{kind}: '{field}' must be a whole number of bytes from 0 to "
                        f"{limit}, got {repr(n)[:40]}")
     return await reader.readexactly(n) if n else b""

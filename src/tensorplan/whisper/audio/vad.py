@@ -155,9 +155,14 @@ class SileroVad:
             return np.zeros(0, np.float32)
         padded = np.zeros(CONTEXT_SAMPLES + n_windows * WINDOW_SAMPLES, np.float32)
         padded[CONTEXT_SAMPLES:CONTEXT_SAMPLES + len(audio)] = audio  # zero context before
-        frames = np.lib.stride_tricks.sliding_window_view(
-            padded, CONTEXT_SAMPLES + WINDOW_SAMPLES)[::WINDOW_SAMPLES]
-        return self.windows(frames, self.initial_state())[0]
+        return self.windows(context_frames(padded, n_windows), self.initial_state())[0]
+
+
+def context_frames(audio: np.ndarray, n: int) -> np.ndarray:
+    """The first n windows of `audio` (whose first CONTEXT_SAMPLES are the first window's
+    context), each after its context: a (n, CONTEXT_SAMPLES + WINDOW_SAMPLES) view."""
+    return np.lib.stride_tricks.sliding_window_view(
+        audio, CONTEXT_SAMPLES + WINDOW_SAMPLES)[:n * WINDOW_SAMPLES:WINDOW_SAMPLES]
 
 
 def model_path() -> Path:
