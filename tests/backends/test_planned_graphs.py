@@ -328,10 +328,12 @@ def check_planned_run(backend_name: str, strategy: str, data: st.DataObject) -> 
             else:
                 # rounding differences measured against the tensor's scale: an element left
                 # small by cancellation (then scaled up by a norm over two elements) differs
-                # in relative terms by more than rounding alone, an aliasing bug by O(1)
+                # in relative terms by more than rounding alone, an aliasing bug by O(1); a
+                # norm over one element left ~1e-8 by cancellation is scaled up by
+                # 1/sqrt(eps) to ~3e-5 where the reference's is exactly 0 (hypothesis found it)
                 finite = want[t][np.isfinite(want[t])]
                 scale = float(np.abs(finite).max(initial=0.0))
-                np.testing.assert_allclose(got, want[t], rtol=0, atol=1e-5 + 1e-4 * scale,
+                np.testing.assert_allclose(got, want[t], rtol=0, atol=1e-4 + 1e-4 * scale,
                                            err_msg=repr(t))
         assert _bytes(builder.ext) == external, "external bytes changed"
         for before, after in zip(params, builder.params, strict=True):

@@ -143,7 +143,7 @@ class Session:
                      on_segment: SegmentCallback | None, progress: ProgressCallback | None,
                      vad_options: VadOptions | None) -> TranscriptionResult:
         """Chunks cut at pauses (or the clip_timestamps, one chunk each), decoded in batches."""
-        from tensorplan.whisper.audio.chunks import AudioChunk, merge
+        from tensorplan.whisper.audio.chunks import merge
         from tensorplan.whisper.audio.constants import N_SAMPLES, SAMPLE_RATE
         from tensorplan.whisper.audio.vad import SpeechChunk
         from tensorplan.whisper.decoding.batched import transcribe_batched
@@ -156,7 +156,6 @@ class Session:
             chunks = [c for a, b in zip(points[::2], points[1::2], strict=True)
                       for c in merge([SpeechChunk(a, min(b, len(samples)))], N_SAMPLES)
                       if c.n_samples > 0]
-            chunks = [AudioChunk(c.start, c.end) for c in chunks]
         try:
             return transcribe_batched(self.state, samples, opts, batch_size=opts.batch_size,
                                       chunks=chunks, vad_options=vad_options,

@@ -4,18 +4,34 @@ batch of one does, token for token; partial batches, silence, word timestamps, o
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shutil
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tensorplan.errors import UserError
-from tensorplan.whisper.audio.chunks import MAX_CHUNK_SECONDS, AudioChunk, cut, energy_spans
-from tensorplan.whisper.audio.constants import SAMPLE_RATE
+from tensorplan.whisper.audio.chunks import (
+    MAX_CHUNK_SECONDS,
+    AudioChunk,
+    cut,
+    energy_spans,
+    join,
+)
+from tensorplan.whisper.audio.constants import N_SAMPLES, SAMPLE_RATE
+from tensorplan.whisper.decoding.batched import (
+    PACK_HORIZON_SECONDS,
+    _Todo,
+    to_original,
+    transcribe_batched,
+)
 from tensorplan.whisper.flags import add_arguments, from_args
 from tensorplan.whisper.options import TranscribeOptions
+from tensorplan.whisper.result import Segment
 
 BENCH = Path(__file__).resolve().parents[3] / "bench"
 JFK_CLIPS = (0.0, 4.0, 4.0, 8.3, 8.3, 11.0)  # three chunks of jfk.wav, cut at pauses
@@ -145,7 +161,7 @@ def test_batch_size_flag_and_validation() -> None:
 def test_chunks_are_planned_once_per_shape(tiny) -> None:
     a = tiny.model.window_batch(2, 1)
     assert tiny.model.window_batch(2, 1) is a and a.n_seq == 2
-    assert a.nbytes > 0 and AudioChunk(0, 16000).offset == 0.0
+    assert a.nbytes > 0 and AudioChunk.span(0, 16000).offset == 0.0
 
 
 def test_plan_says_what_a_batch_holds(capsys) -> None:
@@ -154,3 +170,76 @@ def test_plan_says_what_a_batch_holds(capsys) -> None:
     assert main(["plan", "--plan", "joint", "--batch-size", "2"]) == 0
     out = capsys.readouterr().out
     assert "batch 2, greedy" in out and "batch 2, beam 5" in out and "faster-whisper" in out
+
+
+def test_rests_share_a_window_and_keep_their_own_times(tiny, jfk_audio) -> None:
+    """Two stretches of jfk.wav far apart, decoded joined in one window: each segment lands
+    inside the stretch it transcribes, in order, and nothing between them is heard."""
+    first, second = (0, 4 * SAMPLE_RATE), (int(8.3 * SAMPLE_RATE), 11 * SAMPLE_RATE)
+    joined = join([AudioChunk((first,)), AudioChunk((second,))])
+    assert joined.pieces == (first, second) and joined.n_samples == 6.7 * SAMPLE_RATE
+    options = TranscribeOptions(beam_size=None, language="en")
+    result = transcribe_batched(tiny.session().state, jfk_audio, options, batch_size=1,
+                                chunks=[joined])
+    text = result.text.lower()
+    assert "fellow americans" in text and "ask what you can do for your country" in text
+    assert "ask not" not in text  # 4.0-8.3 s was never in the window
+    assert text.index("americans") < text.index("ask what")
+    for s in result.segments:
+        piece = first if s.start < 6 else second
+        assert piece[0] / SAMPLE_RATE - 1e-6 <= s.start < s.end <= piece[1] / SAMPLE_RATE + 1e-6
+
+
+def test_a_segment_moves_with_the_piece_it_overlaps_most() -> None:
+    chunk = AudioChunk(((16000, 96000), (320000, 400000)))  # 1-6 s and 20-25 s: 5 s each
+    seg = Segment(id=0, seek=0, start=4.0, end=9.0, text=" x", tokens=(1,), temperature=0.0,
+                  avg_logprob=0.0, compression_ratio=1.0, no_speech_prob=0.0)
+    moved = to_original(seg, chunk)  # 1 s in the first piece, 4 s in the second
+    assert (moved.start, moved.end) == (20.0, 24.0)
+    early = to_original(dataclasses.replace(seg, start=0.5, end=5.5), chunk)
+    assert (early.start, early.end) == (1.5, 6.0)  # clamped to the first piece's end
+    single = AudioChunk.span(32000, 64000)
+    assert (to_original(seg, single).start, to_original(seg, single).end) == (6.0, 11.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(lengths=st.lists(st.integers(2, 30), min_size=1, max_size=14),
+       gaps=st.lists(st.integers(0, 90), min_size=14, max_size=14),
+       seed=st.integers(0, 2**16), batch=st.integers(2, 9))
+def test_rests_group_alike_in_any_batch_size(lengths, gaps, seed, batch) -> None:
+    """The windows decoded (with rests, rests of rests and joined windows that yield
+    nothing) are the same whatever the batch size; every joined window fits one window
+    and spans at most the horizon; the loop ends."""
+    chunks, at = [], 0
+    for length, gap in zip(lengths, gaps, strict=False):
+        at += gap * SAMPLE_RATE
+        chunks.append(AudioChunk.span(at, at + length * SAMPLE_RATE))
+        at += length * SAMPLE_RATE
+
+    def outcome(chunk: AudioChunk) -> tuple[AudioChunk | None, tuple[AudioChunk, ...]]:
+        rng = np.random.default_rng([seed, *np.ravel(chunk.pieces)])
+        if chunk.parts and rng.random() < 0.3:
+            return None, chunk.parts  # the joined window yielded nothing
+        if chunk.n_samples > 2 * SAMPLE_RATE and rng.random() < 0.5:
+            keep = int(rng.integers(SAMPLE_RATE, chunk.n_samples - SAMPLE_RATE // 2))
+            cut_at = chunk.start + keep
+            return chunk.after(cut_at), ()
+        return None, ()
+
+    def decoded(n: int) -> list[tuple]:
+        todo, seen = _Todo(chunks), []
+        for _ in range(1000):
+            part = todo.next(n)
+            if not part:
+                return sorted(c.pieces for c in seen)
+            assert len(part) <= n
+            seen += part
+            todo.returned([outcome(c) for c in part])
+        raise AssertionError("the loop did not end")
+
+    one = decoded(1)
+    assert decoded(batch) == one
+    for pieces in one:
+        if len(pieces) > 1:
+            assert sum(b - a for a, b in pieces) <= N_SAMPLES
+            assert pieces[-1][0] - pieces[0][0] <= PACK_HORIZON_SECONDS * SAMPLE_RATE

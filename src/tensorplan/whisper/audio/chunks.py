@@ -9,7 +9,10 @@ Neighbouring stretches of speech are then merged while the chunk stays within 30
 Where this differs from faster-whisper: a chunk is one contiguous stretch of the original
 audio, pauses inside it kept, where faster-whisper joins the speech pieces and drops the
 silence between them. The model sees the pauses it was trained on, and a chunk's times
-are its offset plus the model's timestamps, with no map back through removed silence.
+are its offset plus the model's timestamps. (Joining pieces was measured on the 400 s
+benchmark file: 16 windows instead of 17, but word error 0.161 against 0.116.) Only the
+short rests that windows leave undecoded are joined (`join`): several share one window
+instead of filling one each.
 """
 
 from __future__ import annotations
@@ -20,8 +23,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from tensorplan.errors import UserError
-from tensorplan.whisper.audio.constants import CHUNK_LENGTH, SAMPLE_RATE
-from tensorplan.whisper.audio.vad import SpeechChunk, VadOptions, get_speech_timestamps
+from tensorplan.whisper.audio.constants import CHUNK_LENGTH, HOP_LENGTH, SAMPLE_RATE
+from tensorplan.whisper.audio.vad import (
+    SpeechChunk,
+    SpeechTimestampsMap,
+    VadOptions,
+    get_speech_timestamps,
+)
 
 MAX_CHUNK_SECONDS = float(CHUNK_LENGTH)  # a chunk fills at most one model window
 FRAME = 320  # 20 ms energy frames
@@ -33,10 +41,24 @@ FLOOR_MARGIN_DB = 15.0  # speech: this far above the file's noise floor (10th pe
 
 @dataclass(frozen=True, slots=True)
 class AudioChunk:
-    """Samples [start, end) of the original audio, at most 30 s."""
+    """Pieces [start, end) of the original audio (samples, in time order, not overlapping)
+    decoded joined as one window: at most 30 s together. `parts`: the chunks it was joined
+    from (`join`), to decode one by one if the joined window yields nothing."""
 
-    start: int
-    end: int
+    pieces: tuple[tuple[int, int], ...]
+    parts: tuple[AudioChunk, ...] = ()
+
+    @classmethod
+    def span(cls, start: int, end: int) -> AudioChunk:
+        return cls(((start, end),))
+
+    @property
+    def start(self) -> int:
+        return self.pieces[0][0]
+
+    @property
+    def end(self) -> int:
+        return self.pieces[-1][1]
 
     @property
     def offset(self) -> float:
@@ -44,7 +66,31 @@ class AudioChunk:
 
     @property
     def n_samples(self) -> int:
-        return self.end - self.start
+        """Samples decoded: the pieces' together, without the gaps between them."""
+        return sum(b - a for a, b in self.pieces)
+
+    def samples(self, audio: np.ndarray) -> np.ndarray:
+        """The pieces' samples, joined."""
+        if len(self.pieces) == 1:
+            return audio[self.start : self.end]
+        return np.concatenate([audio[a:b] for a, b in self.pieces])
+
+    def time_map(self) -> SpeechTimestampsMap:
+        """Seconds in the joined samples -> seconds in the original audio."""
+        return SpeechTimestampsMap([SpeechChunk(a, b) for a, b in self.pieces])
+
+    def after(self, sample: int) -> AudioChunk | None:
+        """The chunk's audio from `sample` (of the original audio) on; None if none is."""
+        pieces = tuple((max(a, sample), b) for a, b in self.pieces if b > sample)
+        return AudioChunk(pieces) if pieces else None
+
+
+def join(chunks: Sequence[AudioChunk]) -> AudioChunk:
+    """The chunks (in order) as one: their pieces decoded in one window. Short rests of
+    several windows then share one window instead of filling one each."""
+    if len(chunks) == 1:
+        return chunks[0]
+    return AudioChunk(tuple(p for c in chunks for p in c.pieces), tuple(chunks))
 
 
 def batch_vad_options() -> VadOptions:
@@ -71,22 +117,27 @@ def cut(samples: np.ndarray, vad_options: VadOptions | None = None, *,
 
 
 def merge(spans: Sequence[SpeechChunk], max_samples: int) -> list[AudioChunk]:
-    """Speech spans (in order) joined into chunks of at most max_samples each; a longer
-    span is cut hard (VAD never gives one: it splits at max_speech_duration_s itself)."""
+    """Speech spans (in order) joined into chunks of at most max_samples each, the pauses
+    between them kept; a longer span is cut hard (VAD never gives one: it splits at
+    max_speech_duration_s itself). A chunk starts on a mel frame (its first up to 10 ms
+    earlier), so its times are whole frames from the file's start, as a sequential
+    transcription's are."""
     chunks: list[AudioChunk] = []
     start = end = -1
     for span in spans:
+        if span.end <= span.start:
+            continue
         if start >= 0 and span.end - start <= max_samples:
             end = span.end
             continue
         if start >= 0:
-            chunks.append(AudioChunk(start, end))
-        start, end = span.start, span.end
+            chunks.append(AudioChunk.span(start, end))
+        start, end = span.start - span.start % HOP_LENGTH, span.end
         while end - start > max_samples:
-            chunks.append(AudioChunk(start, start + max_samples))
+            chunks.append(AudioChunk.span(start, start + max_samples))
             start += max_samples
     if start >= 0:
-        chunks.append(AudioChunk(start, end))
+        chunks.append(AudioChunk.span(start, end))
     return chunks
 
 
@@ -131,3 +182,4 @@ def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
     """[start, end) of each run of True."""
     edges = np.flatnonzero(np.diff(np.concatenate([[0], mask.astype(np.int8), [0]])))
     return list(zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True))
+

@@ -1,11 +1,13 @@
 """Batched transcription of long audio (faster-whisper's BatchedInferencePipeline).
 
-The audio is cut at pauses into chunks of at most 30 s (audio/chunks.py); `batch_size` chunks at
-a time are encoded into one `WindowBatch` and decoded together (lockstep.py). Each
-chunk is decoded on its own terms, as faster-whisper's pipeline does: no previous text
-(only `initial_prompt`, in every chunk), the first temperature only (no fallback), the
-whole chunk in one window (no seek inside it). Segments come back in time order with
-their chunk's offset; word timestamps align each chunk with its own window.
+The audio is cut at pauses into chunks of at most 30 s of speech (audio/chunks.py);
+`batch_size` chunks at a time are encoded into one `WindowBatch` and decoded together
+(lockstep.py). Each chunk is decoded on its own terms, as faster-whisper's pipeline does:
+no previous text (only `initial_prompt`, in every chunk), the first temperature only (no
+fallback), the whole chunk in one window (no seek inside it). Segments come back in time
+order, their times mapped back through the chunk's pieces; word timestamps align each
+chunk with its own window. Where a window's transcript stops short of its chunk's end,
+the rest is decoded again; rests near each other in the audio share a window (`_Todo`).
 """
 
 from __future__ import annotations
@@ -17,10 +19,16 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tensorplan.whisper.audio.chunks import AudioChunk, cut
-from tensorplan.whisper.audio.constants import FRAMES_PER_SECOND, HOP_LENGTH, N_FRAMES, SAMPLE_RATE
+from tensorplan.whisper.audio.chunks import AudioChunk, cut, join
+from tensorplan.whisper.audio.constants import (
+    FRAMES_PER_SECOND,
+    HOP_LENGTH,
+    N_FRAMES,
+    N_SAMPLES,
+    SAMPLE_RATE,
+)
 from tensorplan.whisper.audio.mel import MelFrames
-from tensorplan.whisper.audio.vad import VadOptions
+from tensorplan.whisper.audio.vad import VadOptions, restore_segment
 from tensorplan.whisper.decoding.lockstep import decode_batch
 from tensorplan.whisper.decoding.seek_loop import (
     ProgressCallback,
@@ -38,6 +46,10 @@ from tensorplan.whisper.result import Segment, TranscriptionResult
 from tensorplan.whisper.tokenizer import to_language_code
 
 MIN_REMAINDER_SECONDS = 1.5  # a shorter rest of a chunk is its trailing pause
+# rests further apart in the audio never share a window: the segments after the first one
+# wait for the shared window to be decoded before they are handed out
+PACK_HORIZON_SECONDS = 120.0
+
 
 def group_size(options: TranscribeOptions) -> int:
     """Sequences per window at the first temperature: beams, best-of samples or 1."""
@@ -70,20 +82,73 @@ def transcribe_batched(session: WhisperSession, samples: np.ndarray,
     options = dataclasses.replace(options, language=language)
     batch = session.model.window_batch(batch_windows(batch_size, len(chunks)),
                                        group_size(options))
-    windows = _Windows(session, options, samples)
-    queue = deque(chunks)  # in time order; a remainder goes back to the front
+    windows, todo = _Windows(session, options, samples), _Todo(chunks)
     total, done = sum(c.n_samples for c in chunks), 0
-    while queue:
-        part = [queue.popleft() for _ in range(min(batch.n_windows, len(queue)))]
-        rest = windows.run(batch, part)
-        queue.extendleft(reversed(rest))
-        windows.publish(queue[0].start / SAMPLE_RATE if queue else math.inf, on_segment)
-        done += sum(c.n_samples for c in part) - sum(c.n_samples for c in rest)
+    while part := todo.next(batch.n_windows):
+        outcomes = windows.run(batch, part)
+        todo.returned(outcomes)
+        windows.publish(todo.first_start() / SAMPLE_RATE, on_segment)
+        back = [c for rest, retries in outcomes for c in (rest, *retries) if c is not None]
+        done += sum(c.n_samples for c in part) - sum(c.n_samples for c in back)
         if progress:
             progress(done // HOP_LENGTH, total // HOP_LENGTH)
     text = session.tokenizer.decode([t for s in windows.segments for t in s.tokens])
     return TranscriptionResult(text=text, segments=tuple(windows.segments), language=language,
                                language_probs=probs)
+
+
+class _Todo:
+    """What is left to decode: first what came back (rests of rests, the parts of a shared
+    window that yielded nothing; each alone) and the rests' shared windows, earliest first,
+    then the cut's chunks in time order. A rest of a cut's chunk waits in `open` for others
+    to share its window: it is joined by the rests after it while they fit one window and
+    start within PACK_HORIZON_SECONDS of it. That grouping depends on the rests alone, never
+    on the batch size, so the transcript is the same in batches of any size."""
+
+    def __init__(self, chunks: Sequence[AudioChunk]) -> None:
+        self.chunks = deque(chunks)
+        self.again: list[AudioChunk] = []
+        self.open: list[AudioChunk] = []
+
+    def next(self, n: int) -> list[AudioChunk]:
+        """Up to n chunks to decode now (none: all is done)."""
+        frontier = self.chunks[0].start if self.chunks else math.inf
+        if self.open and (not self.chunks or
+                          frontier - self.open[0].start > PACK_HORIZON_SECONDS * SAMPLE_RATE):
+            self._close()  # no rest still to come can join the open group
+        self.again.sort(key=lambda c: c.start)
+        part, self.again = self.again[:n], self.again[n:]
+        self.n_again = len(part)
+        while len(part) < n and self.chunks:
+            part.append(self.chunks.popleft())
+        return part
+
+    def returned(self, outcomes: Sequence[tuple[AudioChunk | None, tuple[AudioChunk, ...]]]
+                 ) -> None:
+        """What the chunks `next` gave came back with (`_Windows.run`), in their order."""
+        for i, (rest, retries) in enumerate(outcomes):
+            self.again += retries
+            if rest is None:
+                continue
+            if i < self.n_again:
+                self.again.append(rest)  # a rest of a rest: decoded alone
+            elif self.open and rest.start - self.open[0].start <= \
+                    PACK_HORIZON_SECONDS * SAMPLE_RATE and \
+                    sum(c.n_samples for c in self.open) + rest.n_samples <= N_SAMPLES:
+                self.open.append(rest)
+            else:
+                self._close()
+                self.open = [rest]
+
+    def _close(self) -> None:
+        if self.open:
+            self.again.append(join(self.open))
+            self.open = []
+
+    def first_start(self) -> float:
+        """The earliest sample still to decode (inf: none): no segment can come before it."""
+        firsts = [*self.again, *self.open[:1], *([self.chunks[0]] if self.chunks else [])]
+        return min((c.start for c in firsts), default=math.inf)
 
 
 class _Windows:
@@ -99,8 +164,11 @@ class _Windows:
         self.pending: list[Segment] = []  # decoded, not yet known to be in time order
         self.segments: list[Segment] = []
 
-    def run(self, batch: WindowBatch, chunks: Sequence[AudioChunk]) -> list[AudioChunk]:
-        """Decode the chunks; returns the remainders to decode again (see `remainder`)."""
+    def run(self, batch: WindowBatch, chunks: Sequence[AudioChunk]
+            ) -> list[tuple[AudioChunk | None, tuple[AudioChunk, ...]]]:
+        """Decode the chunks; returns for each what to decode again: its rest (see
+        `remainder`) and, for a shared window that yielded nothing, the chunks it joined
+        (each alone, so no chunk is lost to its neighbour)."""
         windows = []
         for slot, chunk in enumerate(chunks):
             window = _window(self.samples, chunk, self.session.dims.n_mels)
@@ -108,17 +176,17 @@ class _Windows:
             windows.append(window)
         decoding = self.options.decoding(self.options.temperature[0], self.prompt, None)
         results = decode_batch(self.session, batch, len(chunks), decoding)
-        rest = []
+        outcomes = []
         for slot, (chunk, window, result) in enumerate(zip(chunks, windows, results,
                                                            strict=True)):
-            segments = self.segments_of(batch, slot, window, result)
+            segments = self.segments_of(batch, slot, chunk, window, result)
             self.pending += segments
-            if (left := remainder(chunk, segments)) is not None:
-                rest.append(left)
-        return rest
+            outcomes.append((remainder(chunk, segments), () if segments else chunk.parts))
+        return outcomes
 
-    def segments_of(self, batch: WindowBatch, slot: int, window: Window,
+    def segments_of(self, batch: WindowBatch, slot: int, chunk: AudioChunk, window: Window,
                     result: DecodingResult) -> list[Segment]:
+        """The window's segments, with times in the original audio."""
         if self.cutter.is_silence(result):
             return []
         decoded = self.with_tail(self.cutter.split_segments(window, result))
@@ -127,7 +195,9 @@ class _Windows:
             # aligner's floor (the last word's end) must not reach across chunks
             self.session.hold_window(batch, slot)
             decoded = WordAligner(self.session, self.options)(decoded)
-        return [s for s in decoded.segments if s.start != s.end and s.text.strip()]
+        seek = chunk.start // HOP_LENGTH
+        return [dataclasses.replace(to_original(s, chunk), seek=seek)
+                for s in decoded.segments if s.start != s.end and s.text.strip()]
 
     def publish(self, before: float, on_segment: SegmentCallback | None) -> None:
         """Number and hand out the pending segments that start before `before` (nothing
@@ -179,9 +249,41 @@ def remainder(chunk: AudioChunk, segments: Sequence[Segment]) -> AudioChunk | No
     if not segments:
         return None  # silence, or nothing to anchor a remainder on
     end = round(max(s.end for s in segments) * SAMPLE_RATE)
-    if chunk.end - end < MIN_REMAINDER_SECONDS * SAMPLE_RATE or end <= chunk.start:
+    left = chunk.after(end) if end > chunk.start else None
+    if left is None or left.n_samples < MIN_REMAINDER_SECONDS * SAMPLE_RATE:
         return None
-    return AudioChunk(end, chunk.end)
+    return left
+
+
+def to_original(segment: Segment, chunk: AudioChunk) -> Segment:
+    """`segment` (times in the chunk's joined pieces) with times in the original audio.
+    Words move with the piece of their middle, and the segment spans its words. Without
+    words the segment moves with the piece it overlaps most, its times clamped into that
+    piece: where two pieces meet, the model puts the boundary between segments anywhere in
+    the joint's pauses, so a start often falls in the previous piece's trailing silence."""
+    if len(chunk.pieces) == 1:
+        return shifted(segment, chunk.offset)
+    if segment.words:
+        return restore_segment(segment, chunk.time_map())
+    best, at, best_at = -1.0, 0.0, 0.0
+    for a, b in chunk.pieces:
+        length = (b - a) / SAMPLE_RATE
+        overlap = min(segment.end, at + length) - max(segment.start, at)
+        if overlap > best:
+            best, best_at, piece = overlap, at, (a, b)
+        at += length
+    a, b = piece
+    length = (b - a) / SAMPLE_RATE
+    start = a / SAMPLE_RATE + min(max(segment.start - best_at, 0.0), length)
+    end = a / SAMPLE_RATE + min(max(segment.end - best_at, 0.0), length)
+    return dataclasses.replace(segment, start=round(start, 2), end=round(end, 2))
+
+
+def shifted(segment: Segment, seconds: float) -> Segment:
+    words = tuple(dataclasses.replace(w, start=w.start + seconds, end=w.end + seconds)
+                  for w in segment.words) if segment.words else segment.words
+    return dataclasses.replace(segment, start=segment.start + seconds,
+                               end=segment.end + seconds, words=words)
 
 
 def _no_aligner(decoded: WindowSegments) -> WindowSegments:
@@ -189,15 +291,14 @@ def _no_aligner(decoded: WindowSegments) -> WindowSegments:
 
 
 def _window(samples: np.ndarray, chunk: AudioChunk, n_mels: int) -> Window:
-    """The chunk's log-mel on its own (normalized by its own maximum, as faster-whisper's
-    feature extractor sees each chunk), zero-padded to one 30 s window. It starts on a
-    mel frame, so the window's offset (in frames) is exact."""
-    seek = chunk.start // HOP_LENGTH
-    frames = MelFrames(samples[seek * HOP_LENGTH : chunk.end], n_mels=n_mels)
+    """The chunk's pieces joined, as log-mel on its own (normalized by its own maximum, as
+    faster-whisper's feature extractor sees each chunk), zero-padded to one 30 s window.
+    Its times are seconds into the joined pieces (`AudioChunk.time_map` moves them back)."""
+    frames = MelFrames(chunk.samples(samples), n_mels=n_mels)
     n = min(N_FRAMES, frames.n_frames)
     mel = np.zeros((n_mels, N_FRAMES), np.float32)
     mel[:, :n] = frames.window(0, n)
-    return Window(seek, n, mel)
+    return Window(0, n, mel)
 
 
 def _language(session: WhisperSession, samples: np.ndarray, chunks: Sequence[AudioChunk],
