@@ -92,6 +92,7 @@ def test_long_synthetic_speech_batched_equals_one_at_a_time(tiny, speech_75s) ->
     chunks = cut(samples)
     assert 3 <= len(chunks) and all(c.n_samples <= MAX_CHUNK_SECONDS * SAMPLE_RATE
                                     for c in chunks)
+    assert all(a.end <= b.start for a, b in zip(chunks, chunks[1:], strict=False))
     clips = tuple(t for c in chunks for t in (c.start / SAMPLE_RATE, c.end / SAMPLE_RATE))
     one = tiny.transcribe(samples, batch_size=1, beam_size=None, clip_timestamps=clips)
     full = tiny.transcribe(samples, batch_size=8, beam_size=None)  # its own VAD cut
@@ -135,6 +136,12 @@ def test_energy_cut_never_splits_inside_speech() -> None:
     audio = np.concatenate(pieces).astype(np.float32)
     chunks = cut(audio, use_vad=False)
     assert len(chunks) >= 3
+    from tensorplan.whisper.audio.chunks import merge
+    from tensorplan.whisper.audio.vad import SpeechChunk
+
+    touching = merge([SpeechChunk(0, 320100), SpeechChunk(320150, 35 * SAMPLE_RATE)],
+                     int(MAX_CHUNK_SECONDS * SAMPLE_RATE))  # the second starts mid-frame
+    assert [(c.start, c.end) for c in touching] == [(0, 320100), (320100, 560000)]
     for c in chunks:
         assert c.n_samples <= MAX_CHUNK_SECONDS * SAMPLE_RATE
         for a, b in speech:  # no burst straddles a chunk boundary

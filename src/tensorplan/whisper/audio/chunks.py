@@ -120,8 +120,8 @@ def merge(spans: Sequence[SpeechChunk], max_samples: int) -> list[AudioChunk]:
     """Speech spans (in order) joined into chunks of at most max_samples each, the pauses
     between them kept; a longer span is cut hard (VAD never gives one: it splits at
     max_speech_duration_s itself). A chunk starts on a mel frame (its first up to 10 ms
-    earlier), so its times are whole frames from the file's start, as a sequential
-    transcription's are."""
+    earlier, unless the previous chunk ends there), so its times are whole frames from
+    the file's start, as a sequential transcription's are."""
     chunks: list[AudioChunk] = []
     start = end = -1
     for span in spans:
@@ -132,7 +132,8 @@ def merge(spans: Sequence[SpeechChunk], max_samples: int) -> list[AudioChunk]:
             continue
         if start >= 0:
             chunks.append(AudioChunk.span(start, end))
-        start, end = span.start - span.start % HOP_LENGTH, span.end
+        start = max(span.start - span.start % HOP_LENGTH, end)  # never into the previous
+        end = span.end
         while end - start > max_samples:
             chunks.append(AudioChunk.span(start, start + max_samples))
             start += max_samples
