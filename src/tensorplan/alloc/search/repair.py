@@ -200,7 +200,7 @@ class _Local:
         # a - zk + m and at b - m (m the smaller size). The sum of them over the neighbours,
         # swept over the breakpoints sorted, with the ends of k's range and where k is now
         a, jump, w = y[self.dst[s:e]], self.jump[:, s:e], weight[s:e]
-        if self.fast:  # into buffers kept for the largest item (a move is ~50 us)
+        if self.fast:  # into buffers sized for the item with most neighbours
             pos, d, f = self.pos[:4 * n + 3], self.d[:4 * n + 3], self.f[:4 * n + 3]
         else:  # sums past int64: in Python ints
             a, jump, w = a.astype(object), jump.astype(object), w.astype(object)
