@@ -16,6 +16,7 @@ import pytest
 from transcripts import normalize, wer
 from vad_available import needs_vad
 
+from tensorplan.errors import UserError
 from tensorplan.live import (
     Completed,
     Delta,
@@ -27,6 +28,7 @@ from tensorplan.live import (
     TurnDetection,
 )
 from tensorplan.live.agreement import LocalAgreement, TimedWord
+from tensorplan.live.events import Failed
 from tensorplan.live.pcm import PcmDecoder
 from tensorplan.whisper.options import TranscribeOptions
 from tensorplan.whisper.result import Word
@@ -177,6 +179,22 @@ def test_without_turn_detection_a_commit_needs_100_ms() -> None:
     stream.append(np.zeros(700, np.float32))  # 106 ms in all
     assert stream.commit()
     assert not stream.commit()
+
+
+@pytest.mark.parametrize("error, shown", [
+    (TypeError("TextInputSequence must be str"), "an internal error"),
+    (UserError("the prompt is not text"), "the prompt is not text"),
+])
+def test_a_failed_decode_fails_its_turn_and_says_only_what_the_client_can_use(
+        error: Exception, shown: str) -> None:
+    seen: list[Any] = []
+    stream = LiveStream(GREEDY, None, seen.extend)
+    stream.append(np.zeros(4000, np.float32))
+    assert stream.commit()
+    stream.fail(error)
+    (failed,) = [e for e in seen if isinstance(e, Failed)]
+    assert shown in failed.message and "TextInputSequence" not in failed.message
+    assert stream.idle()  # the stream goes on: nothing waits on the failed turn
 
 
 # --- a stream over a real session

@@ -30,6 +30,8 @@ from realtime_helpers import (
 from serve_helpers import KEY, ServerProcess
 from vad_available import needs_vad
 
+from tensorplan.serve.realtime_session import MAX_PROMPT_CHARS
+
 pytestmark = needs_vad  # every test here runs live streams (Silero VAD)
 
 websockets_sync = pytest.importorskip("websockets.sync.client")
@@ -160,6 +162,17 @@ def test_16khz_pcm_is_an_extension(client: Any) -> None:
     assert normalize(" ".join(transcripts(events))) == normalize(GOLDEN)
 
 
+def test_the_beta_shape_says_16khz_where_it_has_no_name_for_it(server: ServerProcess) -> None:
+    with connect(server) as ws:
+        ws.recv(timeout=30)
+        ws.send(json.dumps(current_update(None, rate=16000)))
+        assert json.loads(ws.recv(timeout=30))["type"] == "session.updated"
+        ws.send(json.dumps({"type": "transcription_session.update", "session": {}}))
+        reply = json.loads(ws.recv(timeout=30))
+    assert reply["type"] == "transcription_session.updated"
+    assert reply["session"]["input_audio_format"] == {"type": "audio/pcm", "rate": 16000}
+
+
 def test_g711_mulaw(client: Any) -> None:
     import soxr
     from realtime_helpers import samples16k
@@ -218,6 +231,8 @@ def _exchange(ws: Any, frame: str | bytes) -> dict[str, Any]:
 @pytest.mark.parametrize("frame, code, param", [
     ('{"type": "response.create"}', "unknown_event_type", "type"),
     ('{"type": ', "invalid_json", None),
+    # past Python's 4,300 digits for int(): a ValueError, which closed the connection (1011)
+    ('{"type": "input_audio_buffer.commit", "n": ' + "9" * 5000 + "}", "invalid_json", None),
     ('[1, 2]', "invalid_event", "type"),
     (b"\x00\x01", "invalid_event", None),
     ('{"type": "input_audio_buffer.append", "audio": "not base64!"}', "invalid_base64",
@@ -251,6 +266,13 @@ def _exchange(ws: Any, frame: str | bytes) -> dict[str, Any]:
     ('{"type": "session.update", "session": {"type": "transcription", "audio": {"input": '
      '{"transcription": {"model": "no-such-model"}}}}}', "invalid_session",
      "session.audio.input.transcription.model"),
+    # a JSON escape of half a surrogate pair: accepted, it made every turn fail after it
+    ('{"type": "session.update", "session": {"type": "transcription", "audio": {"input": '
+     '{"transcription": {"prompt": "hi \\ud800"}}}}}', "invalid_session",
+     "session.audio.input.transcription.prompt"),
+    ('{"type": "transcription_session.update", "session": {"input_audio_transcription": '
+     '{"prompt": "' + "x" * (MAX_PROMPT_CHARS + 1) + '"}}}', "invalid_session",
+     "session.input_audio_transcription.prompt"),
 ])
 def test_bad_events_get_error_events_and_the_connection_stays_usable(
         server: ServerProcess, frame: str | bytes, code: str, param: str | None) -> None:
@@ -262,6 +284,7 @@ def test_bad_events_get_error_events_and_the_connection_stays_usable(
         assert reply["error"]["param"] == param
         assert reply["error"]["type"] == "invalid_request_error"
         assert reply["error"]["message"]
+        assert len(reply["error"]["message"]) < 300  # a client's value is not echoed whole
         if code == "input_audio_buffer_commit_empty":
             assert reply["error"]["event_id"] == "c1"
         ok = _exchange(ws, json.dumps(current_update(None)))

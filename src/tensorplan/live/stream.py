@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from tensorplan.errors import UserError
 from tensorplan.live.agreement import LocalAgreement, TimedWord
 from tensorplan.live.buffer import SampleBuffer
 from tensorplan.live.events import (
@@ -413,7 +414,10 @@ class LiveStream:
                 turn = self._turns.popleft()
                 if turn is self._current:
                     self._current = None
-                self._emit([Failed(turn.number, f"{type(error).__name__}: {error}")])
+                # the client gets what it can act on; a fault of ours is in the log only
+                message = str(error) if isinstance(error, UserError) else \
+                    "the transcription failed: an internal error, logged by the server"
+                self._emit([Failed(turn.number, message)])
 
     def _prompt(self, number: int, before_s: float) -> str:
         """The committed text before turn `number`'s buffer, after the client's prompt:

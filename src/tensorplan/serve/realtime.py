@@ -40,6 +40,8 @@ log = logging.getLogger("tensorplan.serve")
 MAX_FRAME_BYTES = 4 << 20  # a bigger frame closes the connection (1009): uvicorn's ws_max_size
 MAX_APPEND_BYTES = 2 << 20  # of base64 in one append (≈ 32 s of 24 kHz PCM16); more: an error
 MAX_SEND_QUEUE = 1024  # events waiting for a client that does not read; more: dropped
+# and their bytes: 1,024 session.updated events echoing a 3.9 MB prompt each held 3.6 GB
+MAX_SEND_QUEUE_BYTES = 4 << 20
 MAX_BACKLOG_S = 60.0  # audio not yet decoded; past it, reading the socket waits (TCP pushes back)
 KEY_PROTOCOL = "openai-insecure-api-key."  # a browser's way to send the key
 BETA_PROTOCOL = "openai-beta.realtime-v1"
@@ -113,6 +115,7 @@ class Connection:
         self.loop = asyncio.get_running_loop()
         self.outbox: asyncio.Queue[str | None] = asyncio.Queue(MAX_SEND_QUEUE)
         self.dropped = False
+        self.queued_bytes = 0  # of the texts in outbox
         self.token = secrets.token_hex(5)
         self.last_item: str | None = None
         self.decoder = PcmDecoder(session.encoding, session.rate)
@@ -164,11 +167,15 @@ class Connection:
         """On the event loop: into the send queue; a full queue drops the connection."""
         if self.dropped:
             return
+        text = json.dumps(event)
+        self.queued_bytes += len(text)
         try:
-            self.outbox.put_nowait(json.dumps(event))
+            if self.queued_bytes > MAX_SEND_QUEUE_BYTES:
+                raise asyncio.QueueFull
+            self.outbox.put_nowait(text)
         except asyncio.QueueFull:
-            log.warning("realtime: a client stopped reading (%d events queued): dropped",
-                        MAX_SEND_QUEUE)
+            log.warning("realtime: a client stopped reading (%d events, %d bytes queued): "
+                        "dropped", self.outbox.qsize(), self.queued_bytes)
             self.dropped = True
             self.outbox = asyncio.Queue(1)  # free the queued events now
 
@@ -177,6 +184,7 @@ class Connection:
             text = await self.outbox.get()
             if text is None or self.dropped:
                 return
+            self.queued_bytes -= len(text)
             try:
                 await self.websocket.send_text(text)
             except Exception:  # noqa: BLE001 - the client is gone: the receiver sees it
@@ -237,7 +245,8 @@ class Connection:
                                  "invalid_event")
             try:
                 event = json.loads(message["text"])
-            except (json.JSONDecodeError, RecursionError):
+            # ValueError: also a number past Python's 4,300 digits for int()
+            except (ValueError, RecursionError):
                 raise EventError("the frame is not valid JSON", "invalid_json") from None
             if not isinstance(event, dict) or not isinstance(event.get("type"), str):
                 raise EventError("an event must be a JSON object with a string 'type'",

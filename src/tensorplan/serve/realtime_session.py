@@ -22,6 +22,11 @@ FORMATS = {"audio/pcm": ("s16le", 24000), "audio/pcmu": ("mulaw", 8000),
            "audio/pcma": ("alaw", 8000)}
 BETA_FORMATS = {"pcm16": ("s16le", 24000), "g711_ulaw": ("mulaw", 8000),
                 "g711_alaw": ("alaw", 8000)}
+# A prompt is tokenised before every decode of a live stream, and Whisper reads only its last
+# 223 tokens (about 1,000 characters of English): a longer one costs work and echoes in
+# every session.updated, and a 3.5 MB prompt made one turn's decodes 4x slower
+MAX_PROMPT_CHARS = 8192
+SHOWN_CHARS = 40  # of a client's value quoted back in an error
 
 
 class SessionError(ValueError):
@@ -56,7 +61,7 @@ class RealtimeSession:
         else:
             new = self._current(session)
         if new.model not in models and new.model not in OPENAI_MODELS:
-            raise SessionError(f"the model {new.model!r} is not served here; use "
+            raise SessionError(f"the model {_shown(new.model)} is not served here; use "
                                f"{models[0]!r}", _param(new.shape, "model"))
         if new.language not in (None, "en") and not multilingual:
             raise SessionError(f"{models[0]} is English-only: the language must be 'en'",
@@ -66,7 +71,7 @@ class RealtimeSession:
     def _current(self, s: dict[str, Any]) -> RealtimeSession:
         kind = s.get("type", "transcription")
         if kind != "transcription":
-            raise SessionError(f"session.type {kind!r} is not served here: only "
+            raise SessionError(f"session.type {_shown(kind)} is not served here: only "
                                "'transcription' sessions", "session.type")
         new = dataclasses.replace(self, shape="current")
         audio = _object(s, "audio", "session.audio")
@@ -85,7 +90,7 @@ class RealtimeSession:
         if "input_audio_format" in s:
             name = s["input_audio_format"]
             if not isinstance(name, str) or name not in BETA_FORMATS:
-                raise SessionError(f"input_audio_format {name!r}: one of "
+                raise SessionError(f"input_audio_format {_shown(name)}: one of "
                                    f"{', '.join(BETA_FORMATS)}", "session.input_audio_format")
             encoding, rate = BETA_FORMATS[name]
             new = dataclasses.replace(new, encoding=encoding, rate=rate)
@@ -108,7 +113,7 @@ class RealtimeSession:
             rate = fmt.get("rate", 24000)
             if type(rate) is not int or rate not in PCM_RATES:  # not 24000.0, not True
                 raise SessionError(f"{param}.rate must be 24000 (or 16000, tensorplan's "
-                                   f"extension), got {rate!r}", f"{param}.rate")
+                                   f"extension), got {_shown(rate)}", f"{param}.rate")
         return dataclasses.replace(self, encoding=encoding, rate=rate)
 
     def _transcription(self, t: Any, param: str) -> RealtimeSession:
@@ -121,7 +126,14 @@ class RealtimeSession:
             value = t.get(name, getattr(self, name))
             if value is not None and not isinstance(value, str):
                 raise SessionError(f"{param}.{name} must be a string", f"{param}.{name}")
+            if value and not _utf8(value):  # JSON's \ud800 escape: no text to tokenise
+                raise SessionError(f"{param}.{name} holds an unpaired surrogate (\\ud800-"
+                                   "\\udfff): not text", f"{param}.{name}")
             values[name] = value or None
+        if values["prompt"] and len(values["prompt"]) > MAX_PROMPT_CHARS:
+            raise SessionError(f"{param}.prompt is {len(values['prompt'])} characters: at most "
+                               f"{MAX_PROMPT_CHARS} (Whisper reads only its last 223 tokens)",
+                               f"{param}.prompt")
         return dataclasses.replace(self, model=values["model"] or self.model,
                                    language=values["language"], prompt=values["prompt"])
 
@@ -138,22 +150,39 @@ class RealtimeSession:
                          "prompt": self.prompt}
         td = None if self.turn_detection is None else {
             "type": "server_vad", **dataclasses.asdict(self.turn_detection)}
-        if self.shape == "beta":
-            fmt = next(n for n, v in BETA_FORMATS.items() if v == (self.encoding, self.rate)) \
-                if (self.encoding, self.rate) in BETA_FORMATS.values() else "pcm16"
-            return {"id": self.id, "object": "realtime.transcription_session",
-                    "input_audio_format": fmt, "input_audio_transcription": transcription,
-                    "turn_detection": td, "input_audio_noise_reduction": None,
-                    "include": None, "modalities": ["text"]}
         name = next(n for n, v in FORMATS.items() if v[0] == self.encoding)
         fmt_obj: dict[str, Any] = {"type": name}
         if self.encoding == "s16le":
             fmt_obj["rate"] = self.rate
+        if self.shape == "beta":
+            # 16 kHz PCM (set through the current shape) has no beta name: the current
+            # shape's format object says what is decoded, where "pcm16" would say 24 kHz
+            fmt: str | dict[str, Any] = next(
+                (n for n, v in BETA_FORMATS.items() if v == (self.encoding, self.rate)),
+                fmt_obj)
+            return {"id": self.id, "object": "realtime.transcription_session",
+                    "input_audio_format": fmt, "input_audio_transcription": transcription,
+                    "turn_detection": td, "input_audio_noise_reduction": None,
+                    "include": None, "modalities": ["text"]}
         return {"type": "transcription", "id": self.id,
                 "object": "realtime.transcription_session",
                 "audio": {"input": {"format": fmt_obj, "transcription": transcription,
                                     "turn_detection": td, "noise_reduction": None}},
                 "include": None}
+
+
+def _shown(value: Any) -> str:
+    """A client's value as an error quotes it: repr, cut short (a frame holds megabytes)."""
+    text = repr(value)
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 3] + "..."
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _param(shape: str, name: str) -> str:
@@ -177,7 +206,8 @@ def _turn_detection(td: Any, param: str) -> TurnDetection | None:
         raise SessionError(f"{param} must be an object or null", param)
     kind = td.get("type", "server_vad")
     if kind != "server_vad":
-        raise SessionError(f"{param}.type {kind!r} is not supported: 'server_vad' or null",
+        raise SessionError(f"{param}.type {_shown(kind)} is not supported: 'server_vad' or "
+                           "null",
                            f"{param}.type")
     values: dict[str, Any] = {}
     for name, kind_ in (("threshold", (int, float)), ("prefix_padding_ms", int),
