@@ -23,7 +23,6 @@ from pathlib import Path
 from tensorplan.alloc import pack
 from tensorplan.alloc.trace import read_trace, write_offsets
 from tensorplan.cli import build_parser
-from tensorplan.commands.transcribe import max_batch
 from tensorplan.errors import UserError
 from tensorplan.whisper.audio.constants import SAMPLE_RATE
 from tensorplan.whisper.audio.decode import load_audio
@@ -31,7 +30,7 @@ from tensorplan.whisper.audio.mel import log_mel_spectrogram
 from tensorplan.whisper.flags import from_args
 from tensorplan.whisper.model_files.ct2_file import WHISPER_SPEC, read_model_bin
 from tensorplan.whisper.model_files.ct2_weights import ModelDims, WhisperWeights, read_config
-from tensorplan.whisper.options import TranscribeOptions
+from tensorplan.whisper.options import TranscribeOptions, max_batch
 from tensorplan.whisper.tokenizer import load_tokenizer
 
 _WORK = Path(tempfile.mkdtemp(prefix="tensorplan-fuzz-"))

@@ -60,6 +60,10 @@ def test_raw_pcm_from_a_pipe() -> None:
     (("no-such-file.wav",), "no-such-file.wav: no such file"),
     (("-", "--rate", "5"), "--rate"),
     (("--mic", "x.wav"), "not both"),
+    ((str(ROOT / "samples"),), "is a directory"),
+    # checked before the model loads: a session's text is not there to be had again later
+    ((str(JFK), "-o", str(JFK), "-f", "txt"), "is not a directory"),
+    ((str(JFK), "--suppress-tokens", "99999999"), "--suppress-tokens"),
 ])
 def test_bad_sources_are_one_line(args: tuple[str, ...], message: str) -> None:
     proc = live(*args)
@@ -77,3 +81,51 @@ def test_the_microphone_without_sounddevice_says_so() -> None:
     proc = live("--mic")
     assert proc.returncode == 2
     assert "sounddevice" in proc.stderr.decode() and "Traceback" not in proc.stderr.decode()
+
+
+def test_beams_past_the_default_plan_decode(tmp_path: Path) -> None:
+    # the KV cache is planned for the flags' beams: it was planned for 5, and every turn
+    # failed ("batch 8 exceeds the planned maximum 5") while the command exited 0
+    proc = live(str(JFK), "--beam-size", "8", "--silence-duration-ms", "1200")
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert normalize(proc.stdout.decode()) == normalize(GOLDEN)
+
+
+def test_a_reader_that_leaves_loses_no_turn_of_the_outputs(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.run(
+        f"{sys.executable} -m tensorplan live {JFK} --beam-size none -o {tmp_path} -f txt "
+        "| head -1", shell=True, capture_output=True, env=env, timeout=600)
+    assert "Traceback" not in proc.stderr.decode(), proc.stderr.decode()
+    assert len(proc.stdout.decode().splitlines()) == 1
+    written = (tmp_path / "jfk.txt").read_text()
+    assert normalize(written) == normalize(GOLDEN), written
+
+
+@pytest.mark.parametrize("signals, code", [(("SIGTERM",), 143), (("SIGINT", "SIGINT"), 130)])
+def test_stopped_mid_stream_it_writes_what_it_heard(tmp_path: Path, signals: tuple[str, ...],
+                                                    code: int) -> None:
+    """A second Ctrl-C while the last turn decodes used to abort the process (SIGABRT, a
+    worker torn down inside a kernel) and lose the outputs; SIGTERM exited 0."""
+    import signal
+    import time
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tensorplan", "live", str(JFK), "--realtime", "--beam-size",
+         "none", "-o", str(tmp_path), "-f", "txt"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        # stop once it has printed a turn: the model is loaded and a turn is done
+        first = proc.stdout.readline() if proc.stdout else b""
+        assert first and time.monotonic() < deadline
+        for name in signals:
+            proc.send_signal(getattr(signal, name))
+            time.sleep(0.02)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == code, err.decode()
+    assert "Traceback" not in err.decode() and "terminate called" not in err.decode()
+    assert normalize(first.decode()) in normalize((tmp_path / "jfk.txt").read_text())

@@ -12,6 +12,7 @@ turns with `transcribe`'s writers at the end.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
 import time
@@ -67,25 +68,35 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     import dataclasses
 
+    from tensorplan.commands.transcribe import model_options
     from tensorplan.live import LiveEngine, LiveOptions, TurnDetection
     from tensorplan.whisper.api import load
+    from tensorplan.whisper.decoding.window import check_token_ids
     from tensorplan.whisper.flags import from_args
     from tensorplan.whisper.options import TranscribeOptions
-    from tensorplan.whisper.planned.load_options import model_options_from_args
-    from tensorplan.whisper.writers import parse_formats
+    from tensorplan.whisper.writers import check_outputs, ensure_output_dir, parse_formats
 
     reader = _reader(args)  # a bad source or flag fails before the model loads
     decoding = from_args(TranscribeOptions, args)
     detection = from_args(TurnDetection, args)
     formats = None
+    out_dir = args.output_dir or Path(".")
     if args.output_dir is not None or args.output_format is not None:
+        # before the model loads: a live session's text cannot be had again at the end
         formats = parse_formats(args.output_format or "all")
-    model = load(model_options_from_args(args))
+        ensure_output_dir(out_dir)
+        check_outputs([_name(args)], out_dir, formats)
+    model = load(model_options(args, decoding))
     if decoding.language not in (None, "en") and not model.is_multilingual:
         raise UserError(f"--language {decoding.language}: {model.name} is English-only")
+    # before the first turn: else every turn's decode fails on it
+    check_token_ids([t for t in decoding.suppress_tokens or () if t >= 0],
+                    model.dims.n_vocab, "--suppress-tokens")
     options = LiveOptions(decoding=dataclasses.replace(decoding, initial_prompt=None),
                           prompt=decoding.initial_prompt)
     printer = Printer(sys.stdout)
+    interrupted: KeyboardInterrupt | None = None
+    stopped = True
     with model.session() as session:
         @contextmanager
         def lend() -> Any:
@@ -94,18 +105,45 @@ def run(args: argparse.Namespace) -> int:
         engine = LiveEngine(lend, workers=1)
         stream = engine.open(options, detection, printer.take)
         try:
-            reader(stream)
-        except KeyboardInterrupt:
-            pass  # the microphone's way to stop: the last turn still gets its text
-        finally:
-            stream.commit()
+            try:
+                reader(stream)
+            except KeyboardInterrupt as e:  # Ctrl-C (the microphone's way to stop) or SIGTERM
+                interrupted = e
+            stream.commit()  # the last turn still gets its text
             while not stream.idle():
                 time.sleep(0.05)
-            engine.shutdown()
+        except KeyboardInterrupt as e:  # again while the last turn decodes: stop waiting
+            interrupted = interrupted or e
+        finally:
+            stopped = _shut_down(engine)
     printer.finish()
     if formats is not None:
-        _write(printer, args, formats, decoding.language or "en")
+        _write(printer, out_dir, _name(args), formats, decoding.language or "en")
+    if printer.failed:
+        raise UserError(f"{printer.failed} turn(s) could not be transcribed: "
+                        f"{printer.failure}")
+    if not stopped:  # a decode is still in native code: leave without tearing it down
+        sys.stdout.flush()
+        sys.stderr.write("tensorplan: interrupted\n")
+        sys.stderr.flush()
+        os._exit(130)
+    if interrupted is not None and not (args.mic and type(interrupted) is KeyboardInterrupt):
+        raise interrupted  # the CLI's one line and exit code (130, or 143 for SIGTERM)
     return 0
+
+
+def _name(args: argparse.Namespace) -> str:
+    return "live" if args.source in (None, "-") else str(args.source)
+
+
+def _shut_down(engine: Any) -> bool:
+    """Stop the engine's worker after the decode in flight; False if another interrupt
+    came first (the worker may still be inside a kernel)."""
+    try:
+        engine.shutdown()
+    except KeyboardInterrupt:
+        return False
+    return True
 
 
 class Printer:
@@ -117,13 +155,20 @@ class Printer:
         self.completed: list[Any] = []
         self._line = ""  # the committed text of the turn on screen
         self._lock = threading.Lock()
+        self.failed = 0  # turns whose decode failed
+        self.failure = ""  # the first one's message
+        self.closed = False  # stdout's reader left (`| head`): the turns are still kept
 
     def take(self, events: list[Any]) -> None:
         from tensorplan.live import Completed, Delta, Tail
+        from tensorplan.live.events import Failed
 
         with self._lock:
             for e in events:
-                if isinstance(e, Completed):
+                if isinstance(e, Failed):
+                    self.failed += 1
+                    self.failure = self.failure or e.message
+                elif isinstance(e, Completed):
                     self.completed.append(e)
                     self._show(e.transcript, "", end=True)
                     self._line = ""
@@ -134,14 +179,23 @@ class Printer:
                     self._show(self._line, e.text)
 
     def _show(self, committed: str, tail: str, end: bool = False) -> None:
-        if self.tty:
-            dim = f"\033[2m{tail}\033[0m" if tail else ""
-            self.out.write(f"\r\033[K{committed}{dim}" + ("\n" if end else ""))
-        elif end and committed:
-            self.out.write(committed + "\n")
-        self.out.flush()
+        if self.closed:
+            return
+        try:
+            if self.tty:
+                dim = f"\033[2m{tail}\033[0m" if tail else ""
+                self.out.write(f"\r\033[K{committed}{dim}" + ("\n" if end else ""))
+            elif end and committed:
+                self.out.write(committed + "\n")
+            self.out.flush()
+        except BrokenPipeError:  # in the engine's thread: it would fail the next turn
+            self.closed = True
 
     def finish(self) -> None:
+        if self.closed:
+            # what Python would print at exit, flushing into the closed pipe, is silenced
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self.out.fileno())
+            return
         self.out.flush()
 
 
@@ -161,7 +215,9 @@ def _reader(args: argparse.Namespace) -> Any:
             raise UserError(f"--rate/--channels: {e}") from None
         return lambda stream: _stdin(stream, decoder)
     path = Path(args.source)
-    if not path.is_file():
+    if path.is_dir():
+        raise UserError(f"{args.source}: is a directory, not an audio file")
+    if not path.exists():  # not is_file(): /dev/stdin and named pipes are read as files are
         raise UserError(f"{args.source}: no such file")
     return lambda stream: _file(stream, path, args.realtime)
 
@@ -214,7 +270,7 @@ def _microphone() -> Any:
     return listen
 
 
-def _write(printer: Printer, args: argparse.Namespace, formats: Any, language: str) -> None:
+def _write(printer: Printer, out_dir: Path, name: str, formats: Any, language: str) -> None:
     from tensorplan.whisper.result import Segment, TranscriptionResult, Word
     from tensorplan.whisper.writers import write_outputs
 
@@ -229,5 +285,4 @@ def _write(printer: Printer, args: argparse.Namespace, formats: Any, language: s
                                 no_speech_prob=0.0, words=words))
     result = TranscriptionResult(text="".join(s.text for s in segments),
                                  segments=tuple(segments), language=language)
-    name = "live" if args.source in (None, "-") else args.source
-    write_outputs(result, name, args.output_dir or Path("."), formats)
+    write_outputs(result, name, out_dir, formats)

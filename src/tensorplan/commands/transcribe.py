@@ -295,20 +295,16 @@ def _progress_bar(path: Path) -> Callable[[int, int], None] | None:
     return progress
 
 
-def model_options(args: argparse.Namespace, options: TranscribeOptions) -> ModelOptions:
-    """The ModelOptions of the flags; the KV cache sized for the decoding options unless
-    --max-batch says otherwise."""
+def model_options(args: argparse.Namespace, options: TranscribeOptions,
+                  **changes: Any) -> ModelOptions:
+    """The ModelOptions of the flags (and `changes`); the KV cache sized for the decoding
+    options unless --max-batch says otherwise. Every command that decodes with flags loads
+    through here: `live` and `wyoming` with --beam-size 8 failed every decode on a cache
+    planned for 5."""
+    from tensorplan.whisper.options import max_batch
     from tensorplan.whisper.planned.load_options import model_options_from_args
 
-    opts = model_options_from_args(args)
+    opts = model_options_from_args(args, **changes)
     return opts if opts.max_batch is not None else opts.replace(max_batch=max_batch(options))
 
 
-def max_batch(options: TranscribeOptions) -> int:
-    """Sequences decoded together: the beams at temperature 0, the best-of samples above;
-    it sizes the KV cache, so a greedy run without fallback keeps one sequence's worth."""
-    temps = options.temperature
-    temps = temps if isinstance(temps, tuple | list) else (temps,)
-    beams = (options.beam_size or 1) if any(t == 0 for t in temps) else 1
-    samples = (options.best_of or 1) if any(t > 0 for t in temps) else 1
-    return max(beams, samples)

@@ -408,7 +408,10 @@ class LiveStream:
 
     def fail(self, error: BaseException) -> None:
         """A decode raised: the turn it was for fails, the stream goes on."""
-        log.exception("live decode failed", exc_info=error)
+        if isinstance(error, UserError):  # a bad option of the caller's: one line
+            log.warning("live decode failed: %s", error)
+        else:
+            log.exception("live decode failed", exc_info=error)
         with self._lock:
             if self._turns:
                 turn = self._turns.popleft()

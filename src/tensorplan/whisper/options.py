@@ -243,6 +243,16 @@ class TranscribeOptions(SearchOptions):
 Number = TypeVar("Number", int, float)
 
 
+def max_batch(options: TranscribeOptions) -> int:
+    """Sequences decoded together: the beams at temperature 0, the best-of samples above;
+    it sizes the KV cache, so a greedy run without fallback keeps one sequence's worth."""
+    temps = options.temperature
+    temps = temps if isinstance(temps, tuple | list) else (temps,)
+    beams = (options.beam_size or 1) if any(t == 0 for t in temps) else 1
+    samples = (options.best_of or 1) if any(t > 0 for t in temps) else 1
+    return max(beams, samples)
+
+
 def clip_spans(points: Sequence[Number], end: Number) -> list[tuple[Number, Number]]:
     """clip_timestamps' start, end, start, ... as (start, end) spans in any unit (seconds,
     frames), each end at most `end`; a lone last start runs to `end`, and no points at all
