@@ -199,6 +199,23 @@ def test_beam_search_same_text(fw, tp, jfk) -> None:
     assert [s.text for s in ts] == [s.text for s in fs]
 
 
+def test_beams_past_the_planned_five_as_faster_whisper_takes_them(fw, jfk) -> None:
+    # a model of its own: the one the module shares would be left planned for 8
+    model = compat.WhisperModel("tiny.en", device="cpu", compute_type="float32", cpu_threads=2)
+    (fs, _), (ts, _) = both(fw, model, jfk, beam_size=8)
+    assert [s.text for s in ts] == [s.text for s in fs]
+    assert model.whisper.model.max_batch == 8
+
+
+def test_segments_and_words_keep_the_deprecated_asdict(tp, jfk) -> None:
+    segments, _ = tp.transcribe(jfk, word_timestamps=True, beam_size=1)
+    segment = next(iter(segments))
+    with pytest.warns(DeprecationWarning):
+        assert segment._asdict() == dataclasses.asdict(segment)
+    with pytest.warns(DeprecationWarning):
+        assert segment.words[0]._asdict() == dataclasses.asdict(segment.words[0])
+
+
 # --- lazy, as decoded --------------------------------------------------------------------
 
 

@@ -16,6 +16,7 @@ from tensorplan.errors import UserError
 
 DEFAULT_URI = "tcp://127.0.0.1:10300"
 DEFAULT_MAX_SECONDS = 300.0  # a voice command is seconds long; longer audio is refused
+MAX_SECONDS = 4 * 3600.0  # the most --max-seconds may say: what a server request may hold
 
 
 def register(sub: Any) -> None:
@@ -48,22 +49,30 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as e:
         raise UserError(f"tensorplan wyoming needs the wyoming package: pip install "
                         f"'tensorplan[wyoming]' ({e})") from None
+    from wyoming.server import AsyncServer
+
+    from tensorplan.commands.transcribe import model_options as sized_model_options
     from tensorplan.machine import cores
+    from tensorplan.serve.limits import check_positive
     from tensorplan.serve.threads import default_sessions, per_session
     from tensorplan.whisper.api import load
     from tensorplan.whisper.flags import from_args
     from tensorplan.whisper.options import TranscribeOptions
-    from tensorplan.whisper.planned.load_options import model_options_from_args
 
     sessions = default_sessions(cores()) if args.sessions is None else args.sessions
-    if sessions < 1 or not args.max_seconds > 0:
-        raise UserError("--sessions must be at least 1 and --max-seconds positive")
+    if sessions < 1:
+        raise UserError(f"--sessions {sessions}: at least 1")
+    check_positive("--max-seconds", args.max_seconds, MAX_SECONDS)  # inf: every request failed
     if not args.uri.startswith(("tcp://", "unix://", "stdio://")):
         raise UserError(f"--uri {args.uri!r}: expected tcp://HOST:PORT, unix://PATH or "
                         "stdio://")
+    try:  # a port that is not one, before the model loads (binding comes later)
+        AsyncServer.from_uri(args.uri)
+    except ValueError as e:
+        raise UserError(f"--uri {args.uri}: {e}") from None
     threads = args.threads or per_session(sessions)
-    model_options = model_options_from_args(args, threads=threads)
     defaults = from_args(TranscribeOptions, args)
+    model_options = sized_model_options(args, defaults, threads=threads)
     whisper = load(model_options)
     logging.getLogger("tensorplan.wyoming").setLevel(logging.INFO)
     try:

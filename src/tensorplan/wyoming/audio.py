@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import TypeGuard
+from typing import Any, TypeGuard
 
 import numpy as np
 from wyoming.audio import AudioChunk, AudioChunkConverter
@@ -12,6 +12,9 @@ RATE, WIDTH, CHANNELS = 16000, 2, 1  # what the model hears
 RATES = range(8000, 192001)  # sample rates accepted from a client
 WIDTHS = (1, 2, 4)  # bytes per sample audioop converts
 MAX_CHANNELS = 8
+# samples as audioop reads them (signed, little-endian), to mix channels before converting
+SAMPLE_TYPES: dict[int, np.dtype[Any]] = {1: np.dtype(np.int8), 2: np.dtype("<i2"),
+                                       4: np.dtype("<i4")}
 
 
 class BadAudio(ValueError):
@@ -47,9 +50,22 @@ class Utterance:
         if len(chunk.audio) % frame:
             raise BadAudio(f"audio-chunk holds {len(chunk.audio)} bytes, not whole "
                            f"{chunk.width}-byte samples of {chunk.channels} channels")
+        if chunk.channels > 1:
+            chunk = _mono(chunk)
         self.pcm += self.converter.convert(chunk).audio
         if len(self.pcm) > self.max_bytes:
             raise BadAudio(f"the audio is longer than {self.max_seconds:g} s")
 
     def samples(self) -> np.ndarray:
         return np.frombuffer(bytes(self.pcm), np.int16)  # int16 PCM: the API scales it
+
+
+def _mono(chunk: AudioChunk) -> AudioChunk:
+    """The channels' mean, in the chunk's width: the converter's own mixing (audioop's
+    tomono) reads every frame as a stereo pair, so 3 to 8 channels came out time-stretched
+    ("purple purple purple" for jfk in 4 channels)."""
+    kind = SAMPLE_TYPES[chunk.width]
+    frames = np.frombuffer(chunk.audio, kind).reshape(-1, chunk.channels)
+    mixed = frames.mean(axis=1, dtype=np.float64).round().astype(kind)
+    return AudioChunk(rate=chunk.rate, width=chunk.width, channels=1,
+                      audio=mixed.tobytes(), timestamp=chunk.timestamp)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
+import threading
 from collections.abc import Iterable
 from typing import Any, BinaryIO
 
@@ -34,6 +35,7 @@ from tensorplan.whisper.audio.constants import N_FRAMES
 from tensorplan.whisper.audio.mel import MelFrames
 from tensorplan.whisper.audio.vad import SpeechOnly, VadOptions
 from tensorplan.whisper.decoding.window import detect_language
+from tensorplan.whisper.options import max_batch
 from tensorplan.whisper.planned.load_options import ComputeType, Device
 from tensorplan.whisper.result import Segment as TpSegment
 from tensorplan.whisper.tokenizer import LANGUAGES
@@ -72,9 +74,24 @@ class WhisperModel:
         device = _device(device)
         # local_files_only: always so (nothing is downloaded); num_workers: each call runs
         # in a session of its own, so concurrent calls from threads run in parallel anyway
-        self.whisper: Whisper = load_model(
-            model_source(model_size_or_path, download_root), device=device,
-            compute_type=_compute_type(compute_type, device), threads=cpu_threads or None)
+        self._load = dict(name_or_path=model_source(model_size_or_path, download_root),
+                          device=device, compute_type=_compute_type(compute_type, device),
+                          threads=cpu_threads or None)
+        self.whisper: Whisper = load_model(**self._load)  # type: ignore[arg-type]
+        self._grow = threading.Lock()
+
+    def _whisper_for(self, options: Any) -> Whisper:
+        """The model, its KV cache planned for the sequences `options` decode together:
+        faster-whisper takes any beam_size or best_of per call, where a tensorplan model
+        plans its cache once (5 sequences by default). A call that needs more loads the
+        model again with a cache that size, which serves every later call."""
+        need = max_batch(options)
+        with self._grow:
+            if need > self.whisper.model.max_batch:
+                log.info("beam_size/best_of %d: planning the model for %d sequences", need,
+                         need)
+                self.whisper = load_model(**self._load, max_batch=need)  # type: ignore[arg-type]
+            return self.whisper
 
     @property
     def supported_languages(self) -> list[str]:
@@ -166,7 +183,7 @@ class WhisperModel:
         options = arguments.transcribe_options(args, clips=clips)
         language, probability, ranked = self._given_or_detected(args["language"], samples)
         options = dataclasses.replace(options, language=language)
-        whisper = self.whisper
+        whisper = self._whisper_for(options)  # now: a limit fails here, not while iterating
 
         def run(on_segment: Any, on_progress: OnProgress) -> None:
             if speech is not None:
@@ -267,6 +284,7 @@ class BatchedInferencePipeline:
         first = samples[round(spans[0][0] * SAMPLE_RATE):] if spans else samples
         language, probability, ranked = self.model._given_or_detected(args["language"], first)
         options = dataclasses.replace(options, language=language)
+        whisper = self.model._whisper_for(options)
 
         def run(on_segment: Any, on_progress: OnProgress) -> None:
             if spans:

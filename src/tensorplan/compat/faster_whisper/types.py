@@ -4,6 +4,8 @@ Mutable dataclasses, as faster-whisper's are (callers adjust times in place)."""
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +19,11 @@ class Word:
     end: float
     word: str
     probability: float
+
+    def _asdict(self) -> dict[str, Any]:
+        """faster-whisper keeps this from its namedtuple days, deprecated: code that dumps
+        words with it still runs."""
+        return _deprecated_asdict(self)
 
 
 @dataclass
@@ -32,6 +39,17 @@ class Segment:
     no_speech_prob: float
     words: list[Word] | None
     temperature: float | None
+
+    def _asdict(self) -> dict[str, Any]:
+        """As Word._asdict: deprecated in faster-whisper, still there."""
+        return _deprecated_asdict(self)
+
+
+def _deprecated_asdict(item: Any) -> dict[str, Any]:
+    name = type(item).__name__
+    warnings.warn(f"{name}._asdict() is deprecated, use dataclasses.asdict({name}) instead",
+                  DeprecationWarning, stacklevel=3)
+    return dataclasses.asdict(item)
 
 
 @dataclass
