@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
+import socket
+import stat
+from pathlib import Path
 from typing import Any
 
 from tensorplan.errors import UserError
@@ -67,9 +71,10 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--uri {args.uri!r}: expected tcp://HOST:PORT, unix://PATH or "
                         "stdio://")
     try:  # a port that is not one, before the model loads (binding comes later)
-        AsyncServer.from_uri(args.uri)
+        server = AsyncServer.from_uri(args.uri)
     except ValueError as e:
         raise UserError(f"--uri {args.uri}: {e}") from None
+    _check_socket_path(args.uri, getattr(server, "socket_path", None))
     threads = args.threads or per_session(sessions)
     defaults = from_args(TranscribeOptions, args)
     model_options = sized_model_options(args, defaults, threads=threads)
@@ -83,3 +88,16 @@ def run(args: argparse.Namespace) -> int:
     except OSError as e:  # the port is taken, the socket path unwritable
         raise UserError(f"--uri {args.uri}: {e.strerror or e}") from None
     return 0
+
+
+def _check_socket_path(uri: str, path: Path | None) -> None:
+    """The wyoming package unlinks whatever is at a unix:// path before it binds: only a
+    stale socket may be there, never a user's file or directory."""
+    if path is None or not (path.exists() or path.is_symlink()):
+        return
+    if path.is_symlink() or not stat.S_ISSOCK(path.lstat().st_mode):
+        raise UserError(f"--uri {uri}: {path} exists and is not a socket (it would be "
+                        "deleted to make room for one)")
+    with socket.socket(socket.AF_UNIX) as s, contextlib.suppress(OSError):
+        s.connect(str(path))
+        raise UserError(f"--uri {uri}: a server is listening on {path} already")
