@@ -64,6 +64,7 @@ def test_raw_pcm_from_a_pipe() -> None:
     # checked before the model loads: a session's text is not there to be had again later
     ((str(JFK), "-o", str(JFK), "-f", "txt"), "is not a directory"),
     ((str(JFK), "--suppress-tokens", "99999999"), "--suppress-tokens"),
+    ((str(JFK), "--language", "xx"), "--language xx: unknown language"),
 ])
 def test_bad_sources_are_one_line(args: tuple[str, ...], message: str) -> None:
     proc = live(*args)
@@ -87,6 +88,14 @@ def test_beams_past_the_default_plan_decode(tmp_path: Path) -> None:
     # the KV cache is planned for the flags' beams: it was planned for 5, and every turn
     # failed ("batch 8 exceeds the planned maximum 5") while the command exited 0
     proc = live(str(JFK), "--beam-size", "8", "--silence-duration-ms", "1200")
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert normalize(proc.stdout.decode()) == normalize(GOLDEN)
+
+
+def test_a_language_by_name_is_english_on_an_english_only_model() -> None:
+    # "English" was compared as a string with "en" and refused as not English
+    proc = live(str(JFK), "--language", "English", "--beam-size", "none",
+                "--silence-duration-ms", "1200")
     assert proc.returncode == 0, proc.stderr.decode()
     assert normalize(proc.stdout.decode()) == normalize(GOLDEN)
 

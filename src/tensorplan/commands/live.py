@@ -86,8 +86,9 @@ def run(args: argparse.Namespace) -> int:
         formats = parse_formats(args.output_format or "all")
         ensure_output_dir(out_dir)
         check_outputs([_name(args)], out_dir, formats)
+    language = _language_code(decoding.language)
     model = load(model_options(args, decoding))
-    if decoding.language not in (None, "en") and not model.is_multilingual:
+    if language not in (None, "en") and not model.is_multilingual:
         raise UserError(f"--language {decoding.language}: {model.name} is English-only")
     # before the first turn: else every turn's decode fails on it
     check_token_ids([t for t in decoding.suppress_tokens or () if t >= 0],
@@ -286,3 +287,15 @@ def _write(printer: Printer, out_dir: Path, name: str, formats: Any, language: s
     result = TranscriptionResult(text="".join(s.text for s in segments),
                                  segments=tuple(segments), language=language)
     write_outputs(result, name, out_dir, formats)
+
+
+def _language_code(language: str | None) -> str | None:
+    """--language as a code ('English' is 'en'), checked before the model loads."""
+    from tensorplan.whisper.tokenizer import to_language_code
+
+    if language is None:
+        return None
+    try:
+        return to_language_code(language)
+    except UserError as e:
+        raise UserError(f"--language {language}: {e}") from None
