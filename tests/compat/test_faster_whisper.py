@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
+from pathlib import Path
 
 import make_speech
 import numpy as np
@@ -60,7 +61,7 @@ def _params(fn):
                                   "WhisperModel.detect_language",
                                   "BatchedInferencePipeline.__init__",
                                   "BatchedInferencePipeline.transcribe", "decode_audio",
-                                  "format_timestamp"])
+                                  "format_timestamp", "download_model"])
 def test_signatures_equal_faster_whispers(name: str) -> None:
     def lookup(module):
         obj = module
@@ -388,6 +389,37 @@ def test_download_root_reuses_a_faster_whisper_download(tmp_path, model_dir) -> 
         (snapshot / name).symlink_to(os.path.join(model_dir, name))
     model = compat.WhisperModel("tiny", device="cpu", download_root=str(tmp_path))
     assert model.whisper.name == str(snapshot)
+
+
+def test_every_public_name_of_faster_whisper_is_here() -> None:
+    assert set(faster_whisper.__all__) <= set(compat.__all__)
+    assert all(hasattr(compat, name) for name in compat.__all__)
+
+
+def test_download_model_finds_what_is_here_and_downloads_nothing(tmp_path, model_dir,
+                                                                  monkeypatch) -> None:
+    import os
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    assert (Path(compat.download_model("tiny.en")) / "model.bin").is_file()
+    with pytest.raises(ValueError, match="not packaged"):  # not in any cache: no download
+        compat.download_model("medium.en")
+    with pytest.raises(ValueError, match="no such model"):
+        compat.download_model("no-such-model")
+    # a faster-whisper download in a cache, by name and by Hub id
+    snapshot = tmp_path / "hub" / "models--Systran--faster-whisper-tiny" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    for name in os.listdir(model_dir):
+        (snapshot / name).symlink_to(os.path.join(model_dir, name))
+    for name in ("tiny", "Systran/faster-whisper-tiny"):
+        assert compat.download_model(name, cache_dir=str(tmp_path / "hub")) == str(snapshot)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert compat.download_model("tiny") == str(snapshot)
+    # output_dir: the model's files copied there, and that directory loads
+    out = tmp_path / "copy"
+    assert compat.download_model("tiny", output_dir=str(out)) == str(out)
+    assert (out / "model.bin").read_bytes() == (snapshot / "model.bin").read_bytes()
+    assert compat.WhisperModel(str(out), device="cpu").whisper.dims.n_audio_state > 0
 
 
 def test_bad_values_name_faster_whispers_argument(tp, jfk) -> None:

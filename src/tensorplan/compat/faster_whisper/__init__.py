@@ -14,6 +14,7 @@ list is `arguments.REFUSED` and docs/compat.md.
 from tensorplan.compat.faster_whisper.arguments import REFUSED, Unsupported
 from tensorplan.compat.faster_whisper.audio import decode_audio
 from tensorplan.compat.faster_whisper.model import BatchedInferencePipeline, WhisperModel
+from tensorplan.compat.faster_whisper.names import download_model
 from tensorplan.compat.faster_whisper.types import (
     Segment,
     TranscriptionInfo,
@@ -24,7 +25,12 @@ from tensorplan.whisper.audio.vad import VadOptions
 
 __all__ = ["BatchedInferencePipeline", "REFUSED", "Segment", "TranscriptionInfo",
            "TranscriptionOptions", "Unsupported", "VadOptions", "WhisperModel", "Word",
-           "available_models", "decode_audio", "format_timestamp"]
+           "__version__", "available_models", "decode_audio", "download_model",
+           "format_timestamp"]
+
+# the faster-whisper release whose API this layer follows (code that checks the version
+# of the API it calls reads it here); tensorplan's own is tensorplan.__version__
+__version__ = "1.2.1"
 
 
 def available_models() -> list[str]:
