@@ -92,6 +92,16 @@ def test_beams_past_the_default_plan_decode(tmp_path: Path) -> None:
     assert normalize(proc.stdout.decode()) == normalize(GOLDEN)
 
 
+def test_an_output_that_is_a_directory_is_refused_before_the_session(tmp_path: Path) -> None:
+    # found at the end, after the whole session was heard: every turn lost
+    (tmp_path / "jfk.srt").mkdir()
+    proc = live(str(JFK), "-o", str(tmp_path), "-f", "txt,srt")
+    assert proc.returncode == 2 and proc.stdout == b""
+    err = proc.stderr.decode().strip()
+    assert "jfk.srt: is a directory" in err and len(err.splitlines()) == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["jfk.srt"]
+
+
 def test_a_language_by_name_is_english_on_an_english_only_model() -> None:
     # "English" was compared as a string with "en" and refused as not English
     proc = live(str(JFK), "--language", "English", "--beam-size", "none",

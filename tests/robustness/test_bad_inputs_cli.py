@@ -210,6 +210,18 @@ def test_output_never_overwrites_its_input(tmp_path: Path, talk: Path) -> None:
     assert notes.read_bytes() == talk.read_bytes()
 
 
+def test_an_output_that_is_a_directory_is_refused_before_anything_is_written(
+        tmp_path: Path, talk: Path) -> None:
+    """Found at write time it left a.txt written and the rest of the batch lost."""
+    other = tmp_path / "b.wav"
+    other.write_bytes(talk.read_bytes())
+    out = tmp_path / "out"
+    (out / "b.srt").mkdir(parents=True)
+    run = run_cli("transcribe", talk, other, "-f", "txt,srt", "-o", out, *FAST)
+    assert_user_error(run.rc, run.stderr, "b.srt", "is a directory")
+    assert sorted(p.name for p in out.iterdir()) == ["b.srt"]
+
+
 # --- audio: bombs, channels, streams -----------------------------------------------------------
 
 

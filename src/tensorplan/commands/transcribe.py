@@ -226,12 +226,17 @@ def run_batch_command(args: argparse.Namespace, options: TranscribeOptions,
                       subtitles: SubtitleOptions | None = None) -> int:
     """Batch mode: every input to --output-dir through a pool; 2 if any file failed."""
     from tensorplan import batch
+    from tensorplan.batch.jobs import output_names
+    from tensorplan.files import writable_target
     from tensorplan.whisper.writers import parse_formats
 
     if args.output_dir is None:
         raise UserError("--output-dir is needed with --workers, --ray or a directory of audio")
     formats = parse_formats(args.output_format or "all")
     inputs = batch.collect_inputs(args.audio)
+    for item in inputs:  # a directory where an output goes: said now, not mid-batch
+        for name in output_names(item.key, formats):
+            writable_target(Path(args.output_dir) / name)
     spec = batch.ModelSpec.of(model_options(args, options))
 
     def make_pool(n_files: int) -> batch.Pool:

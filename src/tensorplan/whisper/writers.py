@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from tensorplan.errors import UserError
-from tensorplan.files import quote, same_file, write_atomic
+from tensorplan.files import quote, same_file, writable_target, write_atomic
 from tensorplan.whisper.result import Segment, TranscriptionResult, Word
 
 FORMATS = ("txt", "vtt", "srt", "tsv", "json")  # what "all" means
@@ -103,7 +103,9 @@ def check_outputs(audio_paths: Sequence[str | os.PathLike[str]], output_dir: Pat
                   formats: Sequence[str]) -> None:
     """UserError, before anything is written, if two inputs would write the same output
     (a/x.wav and b/x.wav both make x.txt) or an output would replace an input (an audio
-    file named notes.txt, transcribed to txt in its own folder)."""
+    file named notes.txt, transcribed to txt in its own folder) or land on something that
+    is not a regular file (a directory, a FIFO: found at write time, after the decode, it
+    left the other formats written and the transcript lost)."""
     writers: dict[Path, str | os.PathLike[str]] = {}
     for audio in audio_paths:
         for fmt in formats:
@@ -112,6 +114,7 @@ def check_outputs(audio_paths: Sequence[str | os.PathLike[str]], output_dir: Pat
                 raise UserError(f"{quote(writers[path])} and {quote(audio)} would both write "
                                 f"{quote(path)}: rename one or transcribe them separately")
             writers[path] = audio
+            writable_target(path)
             for other in audio_paths:
                 if same_file(path, other):
                     raise UserError(f"{quote(path)}: is an input audio file; its transcript "
