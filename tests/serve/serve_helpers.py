@@ -38,6 +38,7 @@ class ServerProcess:
         # server's files only, not those of a server another test run has going.
         self.tmp = Path(tempfile.mkdtemp(prefix="tensorplan-test-serve-"))
         env["TMPDIR"] = str(self.tmp)
+        self.final_output = ""  # the whole log, kept by stop()
         self.log = open(  # noqa: SIM115 - kept open for the server's life
             f"/tmp/tensorplan-serve-{self.port}.log", "w+b")
         self.proc = subprocess.Popen(
@@ -73,10 +74,12 @@ class ServerProcess:
         """Upload spool files this server has left in its temp directory."""
         return list(self.tmp.glob("tensorplan-upload-*"))
 
-    def output(self) -> str:
+    def output(self, whole: bool = False) -> str:
+        """The server's log: its last 4000 characters, or all of it."""
         self.log.flush()
         self.log.seek(0)
-        return self.log.read().decode("utf-8", "replace")[-4000:]
+        text = self.log.read().decode("utf-8", "replace")
+        return text if whole else text[-4000:]
 
     def stop(self, timeout: float = 60.0) -> int:
         """SIGTERM, then the exit status (it must stop by itself)."""
@@ -87,6 +90,7 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self.final_output = self.output(whole=True)
         self.log.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
         return self.proc.returncode

@@ -101,6 +101,12 @@ def test_a_client_gone_mid_stream_frees_its_session(server: ServerProcess) -> No
     assert h["busy_sessions"] == 0 and h["queued"] == 0
     assert freed < first * 8, (first, freed)  # it did not decode the rest
     assert _request(server, "stream")
+    for _ in range(3):  # more hang-ups: 1 in 3 left "Future exception was never retrieved"
+        with httpx.Client(timeout=120) as http, http.stream(
+                "POST", server.url + URL, headers=AUTH, data={"stream": "true"},
+                files={"file": ("long.wav", long, "audio/wav")}) as r:
+            next(line for line in r.iter_lines() if line.startswith("data:"))
+        wait_idle(server, timeout=60)
 
 
 def test_a_client_gone_while_waiting_for_json_frees_its_session(server: ServerProcess) -> None:

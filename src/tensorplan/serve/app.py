@@ -318,12 +318,29 @@ async def _wait(request: Request, job: Job,
                 result, duration = _outcome(future)
                 return result, duration
             if await request.is_disconnected():
-                job.cancelled.set()
-                future.cancel()  # only takes while it is still queued
+                _abandon(job, future)
                 raise ApiError(499, "the client closed the connection")
     except asyncio.CancelledError:
-        job.cancelled.set()
+        _abandon(job, future)
         raise
+
+
+def _abandon(job: Job, future: asyncio.Future[Any]) -> None:
+    """Nobody waits for `job` any more: it stops at its next segment (or never starts),
+    and its outcome, Cancelled or a result, is dropped quietly (else asyncio logs "Future
+    exception was never retrieved" with a traceback for every client that left)."""
+    job.cancelled.set()
+    future.cancel()  # only takes while it is still queued
+    future.add_done_callback(_drop_outcome)
+
+
+def _drop_outcome(future: asyncio.Future[Any]) -> None:
+    if future.cancelled():
+        return
+    e = future.exception()
+    if e is not None and not isinstance(e, (Cancelled, ApiError)):
+        log.warning("a transcription whose client had left failed: %s: %s",
+                    type(e).__name__, e)
 
 
 def _outcome(future: asyncio.Future[Any]) -> Any:
@@ -350,4 +367,5 @@ async def _events(job: Job, future: asyncio.Future[Any], queue: asyncio.Queue[Se
     except ApiError as e:  # the status line is sent: report the error as OpenAI's stream does
         yield streaming.event(e.body())
     finally:
-        job.cancelled.set()  # a client gone mid-stream: the job stops at its next segment
+        if not future.done():  # a client gone mid-stream
+            _abandon(job, future)
