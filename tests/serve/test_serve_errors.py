@@ -89,11 +89,30 @@ def test_not_multipart_is_415(server: ServerProcess) -> None:
 @pytest.mark.parametrize(("field", "value"), [
     ("response_format", "mp3"), ("temperature", "hot"), ("beam_size", "0"),
     ("timestamp_granularities[]", "sentence"), ("stream", "maybe"), ("colour", "blue"),
-    ("language", "klingon"),
+    ("language", "klingon"), ("beam_size", "1000"), ("best_of", "1e9"),
+    ("temperature", "nan"), ("clip_timestamps", "5,3"), ("suppress_tokens", "999999"),
+    ("no_speech_threshold", "2"), ("length_penalty", "abc"),
 ])
-def test_bad_fields_are_400s(server: ServerProcess, field: str, value: str) -> None:
-    error = _assert_error(_post(server, _jfk(), data={field: value}), 400)
+@pytest.mark.parametrize("stream", [False, True])
+def test_bad_fields_are_400s_naming_the_field(server: ServerProcess, field: str, value: str,
+                                              stream: bool) -> None:
+    """Named as the form has it (beam_size), not as the CLI flag (--beam-size); with
+    stream too, whose errors were events in a 200 where the decode found them."""
+    data = {field: value, **({"stream": "true"} if stream and field != "stream" else {})}
+    error = _assert_error(_post(server, _jfk(), data=data), 400)
     assert error["type"] == "invalid_request_error"
+    assert error["param"] == field, error
+    assert "--" not in error["message"], error
+
+
+@pytest.mark.parametrize("content", [b"these are not the samples\n" * 20, None],
+                         ids=["text", "a-header-alone"])
+def test_a_streamed_upload_that_is_not_audio_is_a_400_not_a_200(server: ServerProcess,
+                                                                content: bytes | None) -> None:
+    content = _wav_header_only()[:40] if content is None else content
+    r = _post(server, {"file": ("notes.wav", content, "audio/wav")}, data={"stream": "true"})
+    error = _assert_error(r, 400)
+    assert error["param"] == "file" and error["code"] == "invalid_audio"
 
 
 def test_word_granularity_needs_verbose_json(server: ServerProcess) -> None:

