@@ -27,8 +27,18 @@ COMMANDS = ("transcribe", "plan", "pack", "export", "serve", "live", "wyoming")
 _BOOL_WORDS = {"true": True, "false": False}  # openai's str2bool, also in lower case
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's, with its errors on one line like every other bad input's (argparse
+    printed its usage block first), and where to read the flags."""
+
+    def error(self, message: str) -> NoReturn:
+        from tensorplan.errors import one_line
+
+        self.exit(2, f"tensorplan: error: {one_line(message)} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="tensorplan",
         description="Whisper speech to text on a tensor-graph runtime with a static memory "
         "planner.",

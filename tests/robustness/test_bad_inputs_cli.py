@@ -50,6 +50,19 @@ def test_bad_numbers_are_one_line(talk: Path, flags: tuple[str, ...]) -> None:
     assert_user_error(run.rc, run.stderr, BAD_FLAGS[flags])
 
 
+@pytest.mark.parametrize("argv, needle", [
+    (("transcribe", "x.wav", "--best-of", "1e9"), "--best-of"),
+    (("live", "-", "--rate", "nan"), "--rate"),
+    (("transcribe",), "audio"),
+    (("bogus",), "bogus"),
+    (("pack", "t.csv", "--out", "o.csv", "--no-such-flag"), "--no-such-flag"),
+], ids=lambda p: " ".join(p) if isinstance(p, tuple) else "")
+def test_flags_argparse_refuses_are_one_line_too(argv: tuple[str, ...], needle: str) -> None:
+    """argparse printed its usage block above its error."""
+    run = run_cli(*argv, timeout=60)
+    assert_user_error(run.rc, run.stderr, needle, "--help")
+
+
 def test_token_ids_outside_the_vocabulary(talk: Path) -> None:
     run = run_cli("transcribe", talk, *FAST, "--suppress-tokens", "99999999")
     assert_user_error(run.rc, run.stderr, "99999999", "outside the vocabulary")

@@ -71,8 +71,8 @@ def run(args: argparse.Namespace) -> int:
     from tensorplan.commands.transcribe import model_options
     from tensorplan.live import LiveEngine, LiveOptions, TurnDetection
     from tensorplan.whisper.api import load
-    from tensorplan.whisper.decoding.window import check_token_ids
     from tensorplan.whisper.flags import from_args
+    from tensorplan.whisper.limits import check_token_ids
     from tensorplan.whisper.options import TranscribeOptions
     from tensorplan.whisper.writers import check_outputs, ensure_output_dir, parse_formats
 

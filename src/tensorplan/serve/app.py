@@ -31,7 +31,7 @@ from tensorplan.serve.pool import Cancelled, FixedSessionPool, Job, Scheduler
 from tensorplan.serve.realtime import realtime
 from tensorplan.serve.responses import render_response
 from tensorplan.serve.uploads import Form, read_form
-from tensorplan.whisper.decoding.window import check_token_ids
+from tensorplan.whisper.limits import check_token_ids
 from tensorplan.whisper.result import Segment, TranscriptionResult
 
 log = logging.getLogger("tensorplan.serve")

@@ -19,9 +19,9 @@ from typing import NoReturn
 from tensorplan.errors import UserError
 from tensorplan.serve.errors import ApiError, bad_request
 from tensorplan.serve.uploads import Form
+from tensorplan.whisper.api import to_language_code
 from tensorplan.whisper.flags import add_arguments, from_args
 from tensorplan.whisper.options import TranscribeOptions
-from tensorplan.whisper.tokenizer import to_language_code
 from tensorplan.whisper.writers import parse_formats
 
 RESPONSE_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")

@@ -44,6 +44,9 @@ from tensorplan.whisper.planned.load_options import (
 from tensorplan.whisper.planned.model import WhisperModel
 from tensorplan.whisper.planned.session import WhisperSession
 from tensorplan.whisper.result import TranscriptionResult
+from tensorplan.whisper.tokenizer import (
+    to_language_code as to_language_code,  # servers check with it
+)
 
 Audio = str | os.PathLike[str] | np.ndarray
 

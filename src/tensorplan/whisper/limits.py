@@ -8,6 +8,7 @@ is planned, so a request too large is refused before any arena is allocated.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -92,3 +93,11 @@ def check_audio_seconds(name: str, seconds: float, limit: float | None, declared
         how = "declares" if declared else "decodes to more than"
         raise AudioTooLongError(f"{name}: {how} {seconds:.0f} s of audio, more than the "
                                 f"{limit:.0f} s limit")
+
+
+def check_token_ids(ids: Iterable[int], n_vocab: int, what: str) -> None:
+    """UserError for an id outside the vocabulary (it would index past the logits)."""
+    bad = [t for t in ids if not 0 <= t < n_vocab]
+    if bad:
+        raise UserError(f"{what}: token id {bad[0]} is outside the vocabulary "
+                        f"(0 to {n_vocab - 1})")

@@ -12,14 +12,14 @@ import dataclasses
 import math
 import zlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from tensorplan.errors import UserError
 from tensorplan.whisper.audio.constants import CHUNK_LENGTH
+from tensorplan.whisper.limits import check_token_ids
 from tensorplan.whisper.options import DecodingOptions
 
 if TYPE_CHECKING:
@@ -421,14 +421,6 @@ def suppressed_tokens(model: DecodingSession, suppress_tokens: Sequence[int]) ->
     ids.update((tokenizer.transcribe, tokenizer.translate, tokenizer.sot, tokenizer.sot_prev,
                 tokenizer.sot_lm, tokenizer.no_speech))
     return sorted(ids)
-
-
-def check_token_ids(ids: Iterable[int], n_vocab: int, what: str) -> None:
-    """UserError for an id outside the vocabulary (it would index past the logits)."""
-    bad = [t for t in ids if not 0 <= t < n_vocab]
-    if bad:
-        raise UserError(f"{what}: token id {bad[0]} is outside the vocabulary "
-                        f"(0 to {n_vocab - 1})")
 
 
 class DecodingTask:
