@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -117,9 +119,10 @@ def run(args: argparse.Namespace) -> int:
             interrupted = interrupted or e
         finally:
             stopped = _shut_down(engine)
-    printer.finish()
-    if formats is not None:
-        _write(printer, out_dir, _name(args), formats, decoding.language or "en")
+    with _uninterrupted():  # a late Ctrl-C must not cut the outputs short
+        printer.finish()
+        if formats is not None:
+            _write(printer, out_dir, _name(args), formats, decoding.language or "en")
     if printer.failed:
         raise UserError(f"{printer.failed} turn(s) could not be transcribed: "
                         f"{printer.failure}")
@@ -135,6 +138,21 @@ def run(args: argparse.Namespace) -> int:
 
 def _name(args: argparse.Namespace) -> str:
     return "live" if args.source in (None, "-") else str(args.source)
+
+
+@contextmanager
+def _uninterrupted() -> Iterator[None]:
+    """Ctrl-C ignored inside (the outputs take milliseconds to write): under load a second
+    Ctrl-C sent right after the first could land in the write, and lose the file."""
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread: signals are not ours to handle
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _shut_down(engine: Any) -> bool:
