@@ -277,6 +277,25 @@ def argmax_near_tie(graph: Graph, values: dict[Tensor, np.ndarray]) -> bool:
     return False
 
 
+def sqrt_of_a_residue(graph: Graph, values: dict[Tensor, np.ndarray]) -> bool:
+    """Whether some sqrt in `graph` takes a value that is rounding left over (|x| within
+    1e-6 of the graph's largest value): sqrt turns a rounding difference d there into
+    sqrt(d), 6e-8 into 2.4e-4 (the mean of a normalised pair: 0 in the reference, not on
+    torch; hypothesis found it)."""
+    scale = max((float(np.abs(v[np.isfinite(v)]).max(initial=0.0)) for v in values.values()),
+                default=0.0)
+    for t in graph.nodes:
+        if t.op is None or t.op.name != "sqrt":
+            continue
+        src = t.srcs[0]  # sqrt(relu(a)): a negative a is an exact 0, a residue is a's
+        if src.op is not None and src.op.name == "relu":
+            src = src.srcs[0]
+        x = values[src]
+        if np.any(np.abs(x[np.isfinite(x)]) <= 1e-6 * (1.0 + scale)):
+            return True
+    return False
+
+
 @pytest.mark.parametrize("backend_name", sorted(BACKENDS))
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -313,7 +332,7 @@ def check_planned_run(backend_name: str, strategy: str, data: st.DataObject) -> 
         rng = np.random.default_rng(run)
         inputs = {t: f(rng) for t, f in builder.samplers.items() if t in set(graph.leafs)}
         want = evaluate(graph, inputs, read=backend.get)
-        if not exact and argmax_near_tie(graph, want):
+        if not exact and (argmax_near_tie(graph, want) or sqrt_of_a_residue(graph, want)):
             reject()
         for t, value in inputs.items():
             backend.set(t, value)
