@@ -328,18 +328,9 @@ def _transcriber(form: Form, req: TranscriptionRequest, state: ServerState,
 async def _wait(request: Request, job: Job,
                 future: asyncio.Future[Any]) -> tuple[TranscriptionResult, float]:
     """The job's result; a client that hangs up cancels it, which frees its session."""
-    try:
-        while True:
-            done, _ = await asyncio.wait({future}, timeout=0.5)
-            if done:
-                result, duration = _outcome(future)
-                return result, duration
-            if await request.is_disconnected():
-                _abandon(job, future)
-                raise ApiError(499, "the client closed the connection")
-    except asyncio.CancelledError:
-        _abandon(job, future)
-        raise
+    await _hold(request, job, future)
+    result, duration = _outcome(future)
+    return result, duration
 
 
 async def _opened(request: Request, job: Job, future: asyncio.Future[Any],
@@ -347,21 +338,31 @@ async def _opened(request: Request, job: Job, future: asyncio.Future[Any],
     """Before a stream's 200: wait until its job has decoded the audio or ended, so an
     upload that is not audio, or is too long, gets its status and JSON error like a
     request without stream (once the 200 is sent, errors are events in the stream)."""
-    waiter = asyncio.ensure_future(opened.wait())
+    await _hold(request, job, future, opened)
+    if future.done() and not opened.is_set():
+        _outcome(future)  # its ApiError, or a result the stream then sends
+
+
+async def _hold(request: Request, job: Job, future: asyncio.Future[Any],
+                until: asyncio.Event | None = None) -> None:
+    """Until the job ends (or `until` is set), checking twice a second that the client is
+    still there: one that hung up (or a cancelled handler) abandons the job (499)."""
+    waiter = asyncio.ensure_future(until.wait()) if until is not None else None
+    waits = {future} if waiter is None else {future, waiter}
     try:
-        while not opened.is_set() and not future.done():
-            await asyncio.wait({future, waiter}, timeout=0.5,
-                               return_when=asyncio.FIRST_COMPLETED)
-            if not (opened.is_set() or future.done()) and await request.is_disconnected():
+        while not future.done() and not (until is not None and until.is_set()):
+            await asyncio.wait(waits, timeout=0.5, return_when=asyncio.FIRST_COMPLETED)
+            if future.done() or (until is not None and until.is_set()):
+                break
+            if await request.is_disconnected():
                 _abandon(job, future)
                 raise ApiError(499, "the client closed the connection")
     except asyncio.CancelledError:
         _abandon(job, future)
         raise
     finally:
-        waiter.cancel()
-    if future.done() and not opened.is_set():
-        _outcome(future)  # its ApiError, or a result the stream then sends
+        if waiter is not None:
+            waiter.cancel()
 
 
 def _abandon(job: Job, future: asyncio.Future[Any]) -> None:
