@@ -93,9 +93,13 @@ def run(args: argparse.Namespace) -> int:
 def _check_socket_path(uri: str, path: Path | None) -> None:
     """The wyoming package unlinks whatever is at a unix:// path before it binds: only a
     stale socket may be there, never a user's file or directory."""
-    if path is None or not (path.exists() or path.is_symlink()):
+    if path is None:
         return
-    if path.is_symlink() or not stat.S_ISSOCK(path.lstat().st_mode):
+    try:
+        mode = path.lstat().st_mode  # a link's own mode: never a socket, so refused
+    except OSError:  # nothing there (or no way there): the bind says what is wrong
+        return
+    if not stat.S_ISSOCK(mode):
         raise UserError(f"--uri {uri}: {path} exists and is not a socket (it would be "
                         "deleted to make room for one)")
     with socket.socket(socket.AF_UNIX) as s, contextlib.suppress(OSError):
