@@ -24,6 +24,11 @@ from starlette.routing import Route, WebSocketRoute
 
 from tensorplan.errors import AudioError, AudioTooLongError, UserError
 from tensorplan.serve import streaming
+from tensorplan.serve.client_secrets import (
+    SecretStore,
+    create_client_secret,
+    create_transcription_session,
+)
 from tensorplan.serve.config import ServeConfig
 from tensorplan.serve.errors import ApiError, bad_request
 from tensorplan.serve.params import RequestParser, TranscriptionRequest
@@ -48,6 +53,7 @@ class ServerState:
         self.model: Any = None
         self.error: str | None = None
         self.parser = RequestParser(config.defaults, config.model_names)
+        self.secrets = SecretStore()  # browsers' short-lived keys for /v1/realtime
         self.on_failure: Callable[[str], None] = lambda message: None
 
     def start_loading(self) -> None:
@@ -117,6 +123,9 @@ def create_app(config: ServeConfig, load: Callable[[], Any]) -> Starlette:
         Route("/v1/models/{model_id:path}", _model, methods=["GET"]),
         Route("/v1/audio/transcriptions", _transcriptions, methods=["POST"]),
         Route("/v1/audio/translations", _translations, methods=["POST"]),
+        Route("/v1/realtime/client_secrets", _client_secrets, methods=["POST"]),
+        Route("/v1/realtime/transcription_sessions", _transcription_sessions,
+              methods=["POST"]),
         WebSocketRoute("/v1/realtime", realtime),
     ]
     app = Starlette(routes=routes, lifespan=lifespan,
@@ -212,6 +221,23 @@ async def _model(request: Request) -> Response:
 
 def _model_card(name: str) -> dict[str, Any]:
     return {"id": name, "object": "model", "created": 0, "owned_by": "tensorplan"}
+
+
+# --- realtime: keys for browsers
+
+
+async def _client_secrets(request: Request) -> Response:
+    _authorize(request)
+    state = _state(request)
+    state.ready()  # the session's checks need the model (its languages)
+    return await create_client_secret(request, state)
+
+
+async def _transcription_sessions(request: Request) -> Response:
+    _authorize(request)
+    state = _state(request)
+    state.ready()
+    return await create_transcription_session(request, state)
 
 
 # --- transcription

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import dataclasses
 import hmac
 import json
 import logging
@@ -33,6 +34,7 @@ from tensorplan.live import (
     Tail,
 )
 from tensorplan.live.pcm import PcmDecoder
+from tensorplan.serve.client_secrets import PREFIX as SECRET_PREFIX
 from tensorplan.serve.realtime_session import RealtimeSession, SessionError
 
 log = logging.getLogger("tensorplan.serve")
@@ -61,10 +63,19 @@ async def realtime(websocket: WebSocket) -> None:
     chosen = "realtime" if "realtime" in offered else None
     await websocket.accept(subprotocol=chosen)
     config = state.config
-    if config.api_key is not None and not _authorized(websocket, offered, config.api_key):
+    tokens = _tokens(websocket, offered)
+    # a client secret (client_secrets.py) carries the session's first settings
+    preset = next((p for t in tokens if (p := state.secrets.session(t)) is not None), None)
+    by_key = config.api_key is not None and _authorized(tokens, config.api_key)
+    if preset is None and not by_key and any(t.startswith(SECRET_PREFIX) for t in tokens):
+        await _refuse(websocket, POLICY_VIOLATION, "invalid_api_key",
+                      "the client secret is unknown or expired: ask "
+                      "POST /v1/realtime/client_secrets for a new one")
+        return
+    if preset is None and not by_key and config.api_key is not None:
         await _refuse(websocket, POLICY_VIOLATION, "invalid_api_key",
                       "missing or incorrect API key: send 'Authorization: Bearer KEY' or the "
-                      f"subprotocol '{KEY_PROTOCOL}KEY'")
+                      f"subprotocol '{KEY_PROTOCOL}KEY' (or a client secret in their place)")
         return
     intent = websocket.query_params.get("intent", "transcription")
     if intent != "transcription":
@@ -79,13 +90,19 @@ async def realtime(websocket: WebSocket) -> None:
     beta = BETA_PROTOCOL in offered or "realtime=v1" in websocket.headers.get("openai-beta", "")
     session = RealtimeSession(id="sess_" + secrets.token_hex(8),
                               shape="beta" if beta else "current", model=config.model)
+    if preset is not None:  # its settings, in the shape this client speaks
+        session = dataclasses.replace(preset, id=session.id, shape=session.shape)
     await Connection(websocket, state, session).run()
 
 
-def _authorized(websocket: WebSocket, offered: list[str], key: str) -> bool:
+def _tokens(websocket: WebSocket, offered: list[str]) -> list[str]:
+    """The keys a client sent: a bearer header, a browser's subprotocol."""
     scheme, _, token = websocket.headers.get("authorization", "").partition(" ")
     tokens = [token.strip()] if scheme.lower() == "bearer" else []
-    tokens += [p[len(KEY_PROTOCOL):] for p in offered if p.startswith(KEY_PROTOCOL)]
+    return tokens + [p[len(KEY_PROTOCOL):] for p in offered if p.startswith(KEY_PROTOCOL)]
+
+
+def _authorized(tokens: list[str], key: str) -> bool:
     return any(hmac.compare_digest(t.encode(), key.encode()) for t in tokens)
 
 
