@@ -102,6 +102,11 @@ def test_read_trace(tmp_path: Path) -> None:
     assert list(read_trace(f)) == [("a", 0, 3, 10), ("b", 1, 2, 0)]
     g = write(tmp_path / "u.csv", "size,upper,id,lower,extra\n5,2,x,1,?\n")
     assert list(read_trace(g)) == [("x", 1, 2, 5)]
+    # MiniMalloc's columns: gaps, hint and offset are ignored; an alignment dividing the
+    # one the offsets get (or none given) is kept by it
+    h = write(tmp_path / "m.csv", "id,lower,upper,size,alignment,hint,gaps,offset\n"
+              "0,0,4,8,8,-1,1-2,0\n1,1,3,8,,,,8\n")
+    assert list(read_trace(h, alignment=16)) == [("0", 0, 4, 8), ("1", 1, 3, 8)]
 
 
 @pytest.mark.parametrize(
@@ -116,6 +121,16 @@ def test_read_trace(tmp_path: Path) -> None:
         ("id,lower,upper,size\na,0,1.5,4\n", "row 2: .*integers"),
         ("id,lower,upper,size\na,0,x,4\n", "row 2: .*integers"),
         ("id,lower,upper,size\na,0,1,4\nb,0,1,4\na,2,3,4\n", "row 4: id 'a' already used in row 2"),
+        # a stray comma: the row's fields no longer line up with the header's names
+        ("id,lower,upper,size\na,0,1,4\nb,c,0,1,4\n", "row 3: 5 fields, the header names 4"),
+        ("id,lower,upper,size,size\na,0,1,4,5\n", "row 1: column.*named twice: size"),
+        # MiniMalloc's per-buffer alignment: kept only where it divides --alignment (1 here)
+        ("id,lower,upper,size,alignment\na,0,1,4,1\nb,0,1,4,8\n",
+         "row 3: alignment 8 does not divide --alignment 1"),
+        ("id,lower,upper,size,alignment\na,0,1,4,0\n", "row 2: alignment must be a positive"),
+        ("id,lower,upper,size,alignment\na,0,1,4,x\n", "row 2: alignment must be a positive"),
+        ("id,lower,upper,size,alignment\na,0,1,4," + "9" * 5000 + "\n",
+         r"row 2: alignment 9+\.\.\. does not divide"),
     ],
 )
 def test_trace_errors_name_the_row(tmp_path: Path, text: str, message: str) -> None:

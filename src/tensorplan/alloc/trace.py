@@ -5,6 +5,11 @@ errors are file line numbers, the header being row 1. The text is UTF-8, with or
 byte-order mark (as spreadsheets save it); numbers are ASCII decimal integers that fit in 64
 bits. Offsets are written to a temporary file beside the target and renamed over it, so a
 reader never sees half a file.
+
+Other columns are allowed and ignored (MiniMalloc's `hint`, `gaps`, `offset`: a buffer
+taken as live over its whole [lower, upper) is a harder problem than with its gaps, so
+its packing stays valid), except MiniMalloc's per-buffer `alignment`: each must divide
+the alignment the trace is packed with, or the packing would break it.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from tensorplan.errors import TraceError, UserError
 from tensorplan.files import atomic_write, open_regular
 
 COLUMNS = ("id", "lower", "upper", "size")
+ALIGNMENT = "alignment"  # MiniMalloc's per-buffer column
 _INTEGER = re.compile(r"\s*[+-]?[0-9]+\s*")  # not int()'s "1_000" or non-ASCII digits
 _INT64 = range(-(1 << 63), 1 << 63)
 # The packers place everything below plan.UNLIMITED (2^62) and give up above it; half of it
@@ -27,11 +33,14 @@ _INT64 = range(-(1 << 63), 1 << 63)
 MAX_TOTAL_SIZE = 1 << 61
 
 
-def read_trace(path: str | os.PathLike[str]) -> Iterator[tuple[str, int, int, int]]:
+def read_trace(path: str | os.PathLike[str],
+               alignment: int = 1) -> Iterator[tuple[str, int, int, int]]:
     """Yield (id, lower, upper, size) per row, upper exclusive. Raises TraceError naming
-    the row for a missing column, a non-integer or one beyond 64 bits, a negative size,
-    upper <= lower, a repeated id, sizes adding up past MAX_TOTAL_SIZE, text that is not
-    UTF-8 or not CSV, or a trace with no rows."""
+    the row for a missing column or a row with more fields than the header, a column
+    named twice, a non-integer or one beyond 64 bits, a negative size, upper <= lower, a
+    repeated id, an `alignment` that does not divide `alignment` (the one the offsets
+    get), sizes adding up past MAX_TOTAL_SIZE, text that is not UTF-8 or not CSV, or a
+    trace with no rows."""
     try:  # a FIFO or /dev/zero is refused: it would never end
         raw = open_regular(path, "trace")
     except UserError as e:
@@ -43,12 +52,19 @@ def read_trace(path: str | os.PathLike[str]) -> Iterator[tuple[str, int, int, in
             if header is None:
                 raise TraceError(f"{path}: empty trace (no header)")
             cols = _columns(path, header)
+            names = [h.strip().lower() for h in header]
+            align_col = names.index(ALIGNMENT) if ALIGNMENT in names else None
             seen: dict[str, int] = {}
             total = 0
             for row in rows:
                 if not row:
                     continue  # a blank line
+                if len(row) > len(header):  # a field no column names: a stray comma?
+                    raise TraceError(f"{path}: row {rows.line_num}: {len(row)} fields, the "
+                                     f"header names {len(header)}")
                 interval = _parse(path, rows.line_num, row, cols, seen)
+                if align_col is not None:
+                    _check_alignment(path, rows.line_num, row, align_col, alignment)
                 total += interval[3]
                 if total > MAX_TOTAL_SIZE:
                     raise TraceError(
@@ -68,6 +84,9 @@ def read_trace(path: str | os.PathLike[str]) -> Iterator[tuple[str, int, int, in
 
 def _columns(path: str | os.PathLike[str], header: list[str]) -> tuple[int, ...]:
     names = [h.strip().lower() for h in header]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise TraceError(f"{path}: row 1: column(s) named twice: {', '.join(twice)}")
     missing = [c for c in COLUMNS if c not in names]
     if missing:
         raise TraceError(
@@ -75,6 +94,26 @@ def _columns(path: str | os.PathLike[str], header: list[str]) -> tuple[int, ...]
             f"(expected {','.join(COLUMNS)})"
         )
     return tuple(names.index(c) for c in COLUMNS)
+
+
+def _check_alignment(path: str | os.PathLike[str], line: int, row: list[str], col: int,
+                     alignment: int) -> None:
+    """A buffer's own alignment is kept where it divides the one every offset gets."""
+    text = row[col] if col < len(row) else ""
+    if not text.strip():
+        return  # none given: any offset
+    if not _INTEGER.fullmatch(text):
+        value = 0
+    else:  # past 19 digits, beyond any alignment (and int() refuses 4,300)
+        value = int(text) if len(text.strip()) <= 19 else 1 << 63
+    if value < 1:
+        raise TraceError(f"{path}: row {line}: alignment must be a positive integer, got "
+                         f"{_short(text)}")
+    if alignment % value:
+        digits = text.strip()
+        shown = digits if len(digits) <= 24 else digits[:24] + "..."
+        raise TraceError(f"{path}: row {line}: alignment {shown} does not divide "
+                         f"--alignment {alignment}: pack with an --alignment that it divides")
 
 
 def _parse(

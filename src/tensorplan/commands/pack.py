@@ -71,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
     open_regular(args.trace, "trace").close()  # a trace that is no file is said first
     check_not_input(args.out, [args.trace])  # the trace is read whole before writing
     packing = pack(
-        read_trace(args.trace), args.alignment, args.strategy, args.budget, args.max_nodes
+        read_trace(args.trace, args.alignment), args.alignment, args.strategy, args.budget,
+        args.max_nodes,
     )
     write_offsets(args.out, packing.offsets)  # errors are one-line UserErrors (files.py)
     print(
