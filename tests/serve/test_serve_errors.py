@@ -105,6 +105,17 @@ def test_bad_fields_are_400s_naming_the_field(server: ServerProcess, field: str,
     assert "--" not in error["message"], error
 
 
+@pytest.mark.parametrize("field", ["prompt", "language"])
+def test_a_field_that_is_not_utf8_is_a_400_naming_it(server: ServerProcess, field: str) -> None:
+    """Latin-1 from an old client: decoded with U+FFFD, the prompt would condition the
+    model on text the client never sent."""
+    r = _post(server, {**_jfk(), field: (None, "Café".encode("latin-1"))})
+    error = _assert_error(r, 400)
+    assert error["param"] == field and "UTF-8" in error["message"], error
+    ok = _post(server, _jfk(), data={field: "en" if field == "language" else "Café"})
+    assert ok.status_code == 200, ok.text
+
+
 @pytest.mark.parametrize("content", [b"these are not the samples\n" * 20, None],
                          ids=["text", "a-header-alone"])
 def test_a_streamed_upload_that_is_not_audio_is_a_400_not_a_200(server: ServerProcess,

@@ -207,7 +207,11 @@ class _FormReader:
             self._sink.close()
             self._sink = None
         elif self._text is not None:
-            value = self._text.decode("utf-8", "replace")
+            try:  # a prompt of U+FFFD would decode as if the client had sent that
+                value = self._text.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise bad_request(f"form field {self._name!r} is not UTF-8 text (byte "
+                                  f"{e.start})", param=self._name) from None
             self.form.fields.setdefault(self._name, []).append(value)
             self._text = None
 
