@@ -107,6 +107,10 @@ def test_read_trace(tmp_path: Path) -> None:
     h = write(tmp_path / "m.csv", "id,lower,upper,size,alignment,hint,gaps,offset\n"
               "0,0,4,8,8,-1,1-2,0\n1,1,3,8,,,,8\n")
     assert list(read_trace(h, alignment=16)) == [("0", 0, 4, 8), ("1", 1, 3, 8)]
+    # a spreadsheet's blank trailing header cells; an alignment with leading zeros
+    k = write(tmp_path / "k.csv", "id,lower,upper,size,alignment,,\n"
+              "a,0,2,4,00000000000000000002,,\n")
+    assert list(read_trace(k, alignment=4)) == [("a", 0, 2, 4)]
 
 
 @pytest.mark.parametrize(
@@ -115,7 +119,9 @@ def test_read_trace(tmp_path: Path) -> None:
         ("", "empty trace"),
         ("id,lower,upper,size\n", "no intervals"),
         ("id,lower,size\na,0,1\n", "row 1: header lacks column.*upper"),
-        ("id,lower,upper,size\na,0,1,4\nb,0,1\n", "row 3: missing column"),
+        ("id,lower,upper,size\na,0,1,4\nb,0,1\n", r"row 3: missing column\(s\) size "),
+        ("hint,id,lower,upper,size\nx,a,0,1\n", r"row 2: missing column\(s\) size \(the row "
+         r"has 4 fields\)"),
         ("id,lower,upper,size\na,0,1,-4\n", "row 2: negative size"),
         ("id,lower,upper,size\na,0,1,4\nb,5,5,4\n", r"row 3: upper \(5\) <= lower \(5\)"),
         ("id,lower,upper,size\na,0,1.5,4\n", "row 2: .*integers"),

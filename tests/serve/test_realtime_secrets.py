@@ -118,6 +118,12 @@ def test_an_unknown_secret_closes_with_1008(server: ServerProcess, secret: str) 
     ("transcription_sessions", {"client_secret": {"expires_at": {"seconds": 99999}}}, 400,
      "client_secret.expires_at.seconds"),
     ("transcription_sessions", {"client_secret": "ek_mine"}, 400, "client_secret"),
+    ("client_secrets", {"session": {"audio": {"input": {"transcription": {
+        "language": "klingon" * 30_000}}}}}, 400, "session.audio.input.transcription.language"),
+    ("transcription_sessions", {"input_audio_transcription": {"language": "klingon"}}, 400,
+     "input_audio_transcription.language"),
+    ("transcription_sessions", {"input_audio_transcription": {"prompt": "a" * 9000}}, 400,
+     "input_audio_transcription.prompt"),
 ])
 def test_bad_requests_name_the_field(server: ServerProcess, path: str, body: Any,
                                      status: int, param: str | None) -> None:
@@ -125,7 +131,18 @@ def test_bad_requests_name_the_field(server: ServerProcess, path: str, body: Any
     assert r.status_code == status, r.text
     error = r.json()["error"]
     assert error["param"] == param and error["message"]
+    assert len(error["message"]) < 300  # a client's value is quoted cut short
+    if param is not None and path == "transcription_sessions":  # the beta's top-level names
+        assert param in error["message"] and "session." not in error["message"], error
     assert server.health()["status"] == "ok"
+
+
+def test_a_language_by_name_is_taken_as_the_http_api_takes_it(server: ServerProcess) -> None:
+    for name in ("English", "EN", " en"):
+        r = post(server, "/v1/realtime/client_secrets", {"session": {"audio": {"input": {
+            "transcription": {"language": name}}}}})
+        assert r.status_code == 200, r.text
+        assert r.json()["session"]["audio"]["input"]["transcription"]["language"] == "en"
 
 
 def test_a_secret_needs_the_key(server: ServerProcess) -> None:

@@ -116,6 +116,17 @@ def test_a_field_that_is_not_utf8_is_a_400_naming_it(server: ServerProcess, fiel
     assert ok.status_code == 200, ok.text
 
 
+def test_a_field_in_the_charset_its_part_names(server: ServerProcess) -> None:
+    """RFC 7578: a text part may name its charset; one that is no text encoding is a 400."""
+    latin1 = ("", "Café".encode("latin-1"), "text/plain; charset=iso-8859-1")
+    r = _post(server, {**_jfk(), "prompt": latin1}, data={"response_format": "verbose_json"})
+    assert r.status_code == 200, r.text
+    for charset in ("rot13", "no-such-charset"):
+        part = ("", b"x", f"text/plain; charset={charset}")
+        error = _assert_error(_post(server, {**_jfk(), "prompt": part}), 400)
+        assert error["param"] == "prompt" and "charset" in error["message"], error
+
+
 @pytest.mark.parametrize("content", [b"these are not the samples\n" * 20, None],
                          ids=["text", "a-header-alone"])
 def test_a_streamed_upload_that_is_not_audio_is_a_400_not_a_200(server: ServerProcess,

@@ -221,3 +221,15 @@ def test_a_body_sent_a_byte_at_a_time_is_408(strict: ServerProcess) -> None:
         sock.settimeout(10)
         assert b"no data for 2 s" in _whole_reply(sock, sock.recv(65536))
     assert _post(strict, "jfk.wav", JFK.read_bytes()).status_code == 200
+
+
+def test_a_json_body_that_stalls_is_408(strict: ServerProcess) -> None:
+    """The client secrets' JSON bodies keep the same body timeouts as uploads."""
+    with socket.create_connection(("127.0.0.1", strict.port)) as sock:
+        sock.sendall(f"POST /v1/realtime/client_secrets HTTP/1.1\r\nHost: x\r\n"
+                     f"Authorization: Bearer {KEY}\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: 100\r\n\r\n{{\"se".encode())
+        sock.settimeout(10)
+        reply = _whole_reply(sock, sock.recv(65536))
+    assert reply.startswith(b"HTTP/1.1 408") and b"no data for 2 s" in reply, reply[:300]
+    assert strict.health()["status"] == "ok"

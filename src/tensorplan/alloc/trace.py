@@ -84,7 +84,8 @@ def read_trace(path: str | os.PathLike[str],
 
 def _columns(path: str | os.PathLike[str], header: list[str]) -> tuple[int, ...]:
     names = [h.strip().lower() for h in header]
-    twice = sorted({n for n in names if names.count(n) > 1})
+    # blank names (a spreadsheet's empty trailing cells) name nothing and may repeat
+    twice = sorted({n for n in names if n and names.count(n) > 1})
     if twice:
         raise TraceError(f"{path}: row 1: column(s) named twice: {', '.join(twice)}")
     missing = [c for c in COLUMNS if c not in names]
@@ -105,7 +106,8 @@ def _check_alignment(path: str | os.PathLike[str], line: int, row: list[str], co
     if not _INTEGER.fullmatch(text):
         value = 0
     else:  # past 19 digits, beyond any alignment (and int() refuses 4,300)
-        value = int(text) if len(text.strip()) <= 19 else 1 << 63
+        digits = text.strip().lstrip("+-").lstrip("0")
+        value = int(text) if len(digits) <= 19 else 1 << 63
     if value < 1:
         raise TraceError(f"{path}: row {line}: alignment must be a positive integer, got "
                          f"{_short(text)}")
@@ -125,9 +127,9 @@ def _parse(
 ) -> tuple[str, int, int, int]:
     where = f"{path}: row {line}"
     if len(row) <= max(cols):
-        raise TraceError(
-            f"{where}: missing column(s): expected {len(COLUMNS)} fields, got {len(row)}"
-        )
+        missing = [name for name, c in zip(COLUMNS, cols, strict=True) if c >= len(row)]
+        raise TraceError(f"{where}: missing column(s) {', '.join(missing)} (the row has "
+                         f"{len(row)} fields)")
     key = row[cols[0]].strip()
     texts = [row[c] for c in cols[1:]]
     if not all(_INTEGER.fullmatch(t) for t in texts):

@@ -13,6 +13,8 @@ end with it.
 from __future__ import annotations
 
 import json
+import math
+import re
 import secrets
 import time
 from collections.abc import Callable
@@ -23,13 +25,15 @@ from starlette.responses import JSONResponse, Response
 
 from tensorplan.serve.errors import ApiError, bad_request
 from tensorplan.serve.realtime_session import RealtimeSession, SessionError
+from tensorplan.serve.uploads import timed_body
 
 PREFIX = "ek_"  # how OpenAI's client secrets look; anything else is taken for an API key
 DEFAULT_SECONDS = 600  # the current API's default lifetime
 BETA_SECONDS = 60  # the beta's ("all tokens expire after one minute")
 MIN_SECONDS, MAX_SECONDS = 10, 7200  # OpenAI's bounds for `seconds`
 # Outstanding secrets at once; past it a request gets 429 until some expire. One holds a
-# session's settings (a prompt of up to 8,192 characters): 4,096 stay within ~70 MB.
+# session's settings, a prompt of up to 8,192 characters: 4,096 secrets with prompts of
+# 8,192 emoji (4 bytes each in a Python str) took the server's RSS up by 128 MB.
 MAX_SECRETS = 4096
 MAX_BODY_BYTES = 256 << 10  # a session object with the longest prompt is ~33 kB of JSON
 
@@ -53,7 +57,7 @@ class SecretStore:
                            "to expire, or ask for shorter lives (expires_after.seconds)",
                            code="rate_limit_exceeded", headers={"Retry-After": "10"})
         value = PREFIX + secrets.token_urlsafe(24)
-        expires_at = int(self._clock()) + seconds
+        expires_at = math.ceil(self._clock()) + seconds  # never less than asked
         self._secrets[value] = (expires_at, session)
         return value, expires_at
 
@@ -73,7 +77,7 @@ class SecretStore:
 async def create_client_secret(request: Request, state: Any) -> Response:
     """OpenAI's `client.realtime.client_secrets.create(expires_after=..., session=...)`:
     only transcription sessions are served here."""
-    body = await _json_body(request)
+    body = await _json_body(request, state)
     seconds = _seconds(body.get("expires_after"), "expires_after", DEFAULT_SECONDS)
     settings = body.get("session", {"type": "transcription"})
     if isinstance(settings, dict) and settings.get("type", "transcription") != "transcription":
@@ -88,7 +92,7 @@ async def create_client_secret(request: Request, state: Any) -> Response:
 async def create_transcription_session(request: Request, state: Any) -> Response:
     """The beta's `client.beta.realtime.transcription_sessions.create(...)`: the session's
     fields at the top level, the secret in `client_secret`."""
-    body = await _json_body(request)
+    body = await _json_body(request, state)
     lifetime = body.pop("client_secret", None)
     if lifetime is not None and not isinstance(lifetime, dict):
         raise bad_request("client_secret must be an object", param="client_secret")
@@ -108,8 +112,10 @@ def _session(state: Any, event: dict[str, Any], shape: str) -> RealtimeSession:
         return start.updated(event, state.config.model_names, state.model.is_multilingual)
     except SessionError as e:
         # the beta's fields sit at the top level of its body, not under `session`
-        param = e.param.removeprefix("session.") if shape == "beta" else e.param
-        raise bad_request(str(e), param=param) from None
+        if shape == "beta":
+            raise bad_request(re.sub(r"\bsession\.", "", str(e)),
+                              param=e.param.removeprefix("session.")) from None
+        raise bad_request(str(e), param=e.param) from None
 
 
 def _seconds(value: Any, param: str, default: int) -> int:
@@ -126,11 +132,14 @@ def _seconds(value: Any, param: str, default: int) -> int:
     return seconds
 
 
-async def _json_body(request: Request) -> dict[str, Any]:
-    """The request's JSON object, read up to MAX_BODY_BYTES (413 past it)."""
+async def _json_body(request: Request, state: Any) -> dict[str, Any]:
+    """The request's JSON object, read up to MAX_BODY_BYTES (413 past it) within the
+    server's body timeouts (408 past them)."""
     data = bytearray()
+    config = state.config
     try:
-        async for chunk in request.stream():
+        async for chunk in timed_body(request.stream(), config.body_idle_timeout_s,
+                                      config.body_timeout_s):
             data += chunk
             if len(data) > MAX_BODY_BYTES:
                 raise ApiError(413, f"the body is over {MAX_BODY_BYTES} bytes: a session's "

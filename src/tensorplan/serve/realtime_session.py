@@ -10,7 +10,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from tensorplan.errors import UserError
 from tensorplan.live.options import TurnDetection
+from tensorplan.whisper.api import to_language_code
 
 # OpenAI's transcription models: a client written for them gets the served model
 OPENAI_MODELS = ("whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe",
@@ -130,6 +132,13 @@ class RealtimeSession:
                 raise SessionError(f"{param}.{name} holds an unpaired surrogate (\\ud800-"
                                    "\\udfff): not text", f"{param}.{name}")
             values[name] = value or None
+        if values["language"]:  # as the HTTP API takes it: 'en', 'English', 'EN'
+            try:
+                values["language"] = to_language_code(values["language"])
+            except UserError:
+                raise SessionError(f"{param}.language {_shown(values['language'])} is not a "
+                                   "language Whisper knows: a code like 'en' or a name like "
+                                   "'english'", f"{param}.language") from None
         if values["prompt"] and len(values["prompt"]) > MAX_PROMPT_CHARS:
             raise SessionError(f"{param}.prompt is {len(values['prompt'])} characters: at most "
                                f"{MAX_PROMPT_CHARS} (Whisper reads only its last 223 tokens)",

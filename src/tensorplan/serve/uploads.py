@@ -75,7 +75,7 @@ async def read_form(request: Request, max_bytes: int, spool_dir: str | None = No
     reader = _FormReader(params[b"boundary"], max_bytes, spool_dir)
     try:
         received = 0
-        async for chunk in _timed(request.stream(), idle_timeout_s, timeout_s):
+        async for chunk in timed_body(request.stream(), idle_timeout_s, timeout_s, "file"):
             received += len(chunk)
             if received > max_body:  # a lying or absent Content-Length
                 raise too_large(max_bytes)
@@ -86,10 +86,11 @@ async def read_form(request: Request, max_bytes: int, spool_dir: str | None = No
         raise
 
 
-async def _timed(chunks: AsyncIterator[bytes], idle_s: float,
-                 total_s: float) -> AsyncIterator[bytes]:
+async def timed_body(chunks: AsyncIterator[bytes], idle_s: float, total_s: float,
+                     param: str | None = None) -> AsyncIterator[bytes]:
     """The body's chunks, each within `idle_s` of the one before and all within `total_s`:
-    a client dribbling its upload does not hold a connection (and a spooled file) forever."""
+    a client dribbling its upload does not hold a connection (and a spooled file) forever.
+    The 408 names `param` (the form's file, or nothing for a JSON body)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + total_s
     while True:
@@ -101,7 +102,7 @@ async def _timed(chunks: AsyncIterator[bytes], idle_s: float,
         except TimeoutError:
             what = f"no data for {idle_s:g} s" if wait == idle_s else \
                 f"not complete after {total_s:g} s"
-            raise ApiError(408, f"upload too slow: {what}", param="file",
+            raise ApiError(408, f"upload too slow: {what}", param=param,
                            code="request_timeout") from None
         yield chunk
 
@@ -118,6 +119,7 @@ class _FormReader:
         self._header_value = b""
         self._name = ""
         self._text: bytearray | None = None  # the current text field
+        self._charset = "UTF-8"  # and the charset its part names
         self._sink: IO[bytes] | None = None  # the current file part
         self._n_fields = 0
         self._parser = MultipartParser(boundary, {
@@ -176,6 +178,16 @@ class _FormReader:
             if self._n_fields > MAX_FIELDS:
                 raise bad_request(f"more than {MAX_FIELDS} form fields")
             self._text = bytearray()
+            # a text part may say its charset (RFC 7578 4.4); UTF-8 when it does not
+            _, params = parse_options_header(self._headers.get("content-type"))
+            self._charset = params.get(b"charset", b"UTF-8").decode("latin-1").strip()
+            try:  # (an empty input is decoded without looking the codec up)
+                b"a".decode(self._charset)  # also refuses codecs that are no text encoding
+            except UnicodeError:
+                pass  # a text encoding that needs more than one byte (UTF-16)
+            except LookupError:
+                raise bad_request(f"form field {self._name!r}: unknown charset "
+                                  f"{self._charset[:40]!r}", param=self._name) from None
             return
         if self._name != "file":
             raise bad_request(f"unexpected file field {self._name!r}; send the audio as 'file'",
@@ -208,10 +220,11 @@ class _FormReader:
             self._sink = None
         elif self._text is not None:
             try:  # a prompt of U+FFFD would decode as if the client had sent that
-                value = self._text.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise bad_request(f"form field {self._name!r} is not UTF-8 text (byte "
-                                  f"{e.start})", param=self._name) from None
+                value = self._text.decode(self._charset)
+            except UnicodeError as e:
+                raise bad_request(f"form field {self._name!r} is not {self._charset[:40]} "
+                                  f"text (byte {getattr(e, 'start', 0)})",
+                                  param=self._name) from None
             self.form.fields.setdefault(self._name, []).append(value)
             self._text = None
 
