@@ -179,3 +179,23 @@ def test_the_store_forgets_expired_secrets_and_is_bounded() -> None:
     assert full.value.status == 429
     clock.now += 10
     assert store.issue(session, 10)[0] not in values  # the expired made room
+
+
+@pytest.mark.parametrize(("language", "code"), [
+    ("French", "fr"), ("FR", "fr"), ("mandarin", "zh"), ("klingon", None), ("x" * 10**5, None),
+])
+def test_a_multilingual_session_checks_its_language(language: str, code: str | None) -> None:
+    """On a multilingual model any language passed unchecked to every turn's decode (which
+    then failed each turn); now it is named, or normalised to its code, at the update."""
+    from tensorplan.serve.realtime_session import SessionError
+
+    start = RealtimeSession(id="sess_x", shape="current", model="base")
+    update = {"type": "session.update", "session": {"audio": {"input": {
+        "transcription": {"language": language}}}}}
+    if code is None:
+        with pytest.raises(SessionError) as bad:
+            start.updated(update, ("base",), multilingual=True)
+        assert bad.value.param == "session.audio.input.transcription.language"
+        assert len(str(bad.value)) < 200
+    else:
+        assert start.updated(update, ("base",), multilingual=True).language == code
