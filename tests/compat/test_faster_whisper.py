@@ -427,3 +427,30 @@ def test_bad_values_name_faster_whispers_argument(tp, jfk) -> None:
         tp.transcribe(jfk, log_prob_threshold=float("nan"))
     with pytest.raises(ValueError, match="vad_parameters"):
         tp.transcribe(jfk, vad_filter=True, vad_parameters={"no_such_option": 1})
+    with pytest.raises(ValueError, match="vad_parameters must be a dict or a VadOptions"):
+        tp.transcribe(jfk, vad_filter=True, vad_parameters="x")  # was silently ignored
+    with pytest.raises(ValueError, match="unknown language 'xx'"):
+        tp.transcribe(jfk, language="xx")
+
+
+def test_a_buffer_reused_after_transcribe_does_not_change_the_text(fw, tp, jfk) -> None:
+    """The segments are decoded while they are read: the caller's array is copied first, as
+    faster-whisper has its features before transcribe() returns (it read [] before)."""
+    for model in (fw, tp):
+        buffer = jfk.copy()
+        segments, _ = model.transcribe(buffer, **GREEDY)
+        buffer[:] = 0
+        assert "fellow Americans" in "".join(s.text for s in segments)
+
+
+def test_a_language_name_is_reported_as_its_code(tp, jfk) -> None:
+    for name in ("EN", "English"):
+        segments, info = tp.transcribe(jfk, language=name, **GREEDY)
+        assert info.language == "en" and "Americans" in "".join(s.text for s in segments)
+
+
+def test_hallucination_silence_threshold_without_word_times_is_ignored_as_faster_whisper_does(
+        fw, tp, jfk) -> None:
+    (f_segments, _), (t_segments, _) = both(fw, tp, jfk, hallucination_silence_threshold=0.5,
+                                            **GREEDY)
+    assert_same(f_segments, t_segments, duration=len(jfk) / 16000)

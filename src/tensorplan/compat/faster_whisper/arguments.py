@@ -12,6 +12,8 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from tensorplan.errors import UserError
+from tensorplan.whisper.api import to_language_code
 from tensorplan.whisper.audio.vad import VadOptions
 from tensorplan.whisper.options import TranscribeOptions
 
@@ -95,6 +97,9 @@ def vad_options(vad_parameters: Mapping[str, Any] | Any | None, **changes: Any) 
         fields: dict[str, Any] = {}
     elif isinstance(vad_parameters, Mapping):
         fields = dict(vad_parameters)
+    elif not dataclasses.is_dataclass(vad_parameters):  # "x", 0.9: never silently ignored
+        raise ValueError("vad_parameters must be a dict or a VadOptions, got "
+                         f"{type(vad_parameters).__name__}")
     else:  # a VadOptions of faster-whisper's or ours: the same fields
         fields = {f.name: getattr(vad_parameters, f.name)
                   for f in dataclasses.fields(VadOptions) if hasattr(vad_parameters, f.name)}
@@ -143,7 +148,9 @@ def transcribe_options(args: Mapping[str, Any], *, clips: tuple[float, ...],
         "append_punctuations": args["append_punctuations"],
         "sample_len": args["max_new_tokens"],
         "clip_timestamps": clips,
-        "hallucination_silence_threshold": args["hallucination_silence_threshold"],
+        # faster-whisper (as openai-whisper) applies it only with word timestamps
+        "hallucination_silence_threshold": args["hallucination_silence_threshold"]
+        if args["word_timestamps"] else None,
         "hotwords": args["hotwords"],
         **extra,
     }
@@ -169,6 +176,11 @@ def check_common(args: Mapping[str, Any], multilingual_model: bool) -> dict[str,
         log.warning("The current model is English-only but the multilingual parameter is "
                     "set to True; setting to False instead.")
         args["multilingual"] = False
+    if args["language"] is not None:  # 'EN', 'english': info.language says 'en'
+        try:
+            args["language"] = to_language_code(args["language"])
+        except UserError as e:  # faster-whisper's ValueError for a language it lacks
+            raise ValueError(str(e)) from None
     if not multilingual_model and args["language"] not in (None, "en"):
         log.warning("The current model is English-only but the language parameter is set "
                     "to '%s'; using 'en' instead.", args["language"])

@@ -24,7 +24,10 @@ def decode_audio(input_file: str | BinaryIO, sampling_rate: int = 16000,
 
 def samples_of(audio: str | BinaryIO | np.ndarray) -> np.ndarray:
     """transcribe()'s audio as 16 kHz samples: arrays are taken as they are (float, or
-    integer PCM scaled by its dtype); an empty array is empty audio."""
+    integer PCM scaled by its dtype), copied, since the segments are decoded later, while
+    the caller reads them, and it may have reused its buffer by then (faster-whisper
+    computes its features before it returns); an empty array is empty audio."""
     if isinstance(audio, np.ndarray):
-        return as_samples(audio)
+        samples = as_samples(audio)
+        return samples.copy() if np.may_share_memory(samples, audio) else samples
     return decode_audio(audio)
