@@ -51,9 +51,7 @@ def read_trace(path: str | os.PathLike[str],
             header = next(rows, None)
             if header is None:
                 raise TraceError(f"{path}: empty trace (no header)")
-            cols = _columns(path, header)
-            names = [h.strip().lower() for h in header]
-            align_col = names.index(ALIGNMENT) if ALIGNMENT in names else None
+            cols, align_col = _columns(path, header)
             seen: dict[str, int] = {}
             total = 0
             for row in rows:
@@ -82,7 +80,9 @@ def read_trace(path: str | os.PathLike[str],
             raise TraceError(f"{path}: no intervals after the header")
 
 
-def _columns(path: str | os.PathLike[str], header: list[str]) -> tuple[int, ...]:
+def _columns(path: str | os.PathLike[str],
+             header: list[str]) -> tuple[tuple[int, ...], int | None]:
+    """The positions of COLUMNS, and of ALIGNMENT where the header has it."""
     names = [h.strip().lower() for h in header]
     # blank names (a spreadsheet's empty trailing cells) name nothing and may repeat
     twice = sorted({n for n in names if n and names.count(n) > 1})
@@ -94,7 +94,8 @@ def _columns(path: str | os.PathLike[str], header: list[str]) -> tuple[int, ...]
             f"{path}: row 1: header lacks column(s) {', '.join(missing)} "
             f"(expected {','.join(COLUMNS)})"
         )
-    return tuple(names.index(c) for c in COLUMNS)
+    return (tuple(names.index(c) for c in COLUMNS),
+            names.index(ALIGNMENT) if ALIGNMENT in names else None)
 
 
 def _check_alignment(path: str | os.PathLike[str], line: int, row: list[str], col: int,
@@ -103,16 +104,15 @@ def _check_alignment(path: str | os.PathLike[str], line: int, row: list[str], co
     text = row[col] if col < len(row) else ""
     if not text.strip():
         return  # none given: any offset
+    digits = text.strip()
     if not _INTEGER.fullmatch(text):
         value = 0
     else:  # past 19 digits, beyond any alignment (and int() refuses 4,300)
-        digits = text.strip().lstrip("+-").lstrip("0")
-        value = int(text) if len(digits) <= 19 else 1 << 63
+        value = int(digits) if len(digits.lstrip("+-").lstrip("0")) <= 19 else 1 << 63
     if value < 1:
         raise TraceError(f"{path}: row {line}: alignment must be a positive integer, got "
                          f"{_short(text)}")
     if alignment % value:
-        digits = text.strip()
         shown = digits if len(digits) <= 24 else digits[:24] + "..."
         raise TraceError(f"{path}: row {line}: alignment {shown} does not divide "
                          f"--alignment {alignment}: pack with an --alignment that it divides")

@@ -355,7 +355,7 @@ async def _wait(request: Request, job: Job,
                 future: asyncio.Future[Any]) -> tuple[TranscriptionResult, float]:
     """The job's result; a client that hangs up cancels it, which frees its session."""
     await _hold(request, job, future)
-    result, duration = _outcome(future)
+    result, duration = _outcome(future)  # _outcome is Any: the unpacking types it
     return result, duration
 
 
@@ -375,12 +375,14 @@ async def _hold(request: Request, job: Job, future: asyncio.Future[Any],
     still there: one that hung up (or a cancelled handler) abandons the job (499)."""
     waiter = asyncio.ensure_future(until.wait()) if until is not None else None
     waits = {future} if waiter is None else {future, waiter}
+
+    def ended() -> bool:
+        return future.done() or (until is not None and until.is_set())
+
     try:
-        while not future.done() and not (until is not None and until.is_set()):
+        while not ended():
             await asyncio.wait(waits, timeout=0.5, return_when=asyncio.FIRST_COMPLETED)
-            if future.done() or (until is not None and until.is_set()):
-                break
-            if await request.is_disconnected():
+            if not ended() and await request.is_disconnected():
                 _abandon(job, future)
                 raise ApiError(499, "the client closed the connection")
     except asyncio.CancelledError:

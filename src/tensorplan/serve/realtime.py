@@ -67,16 +67,18 @@ async def realtime(websocket: WebSocket) -> None:
     # a client secret (client_secrets.py) carries the session's first settings
     preset = next((p for t in tokens if (p := state.secrets.session(t)) is not None), None)
     by_key = config.api_key is not None and _authorized(tokens, config.api_key)
-    if preset is None and not by_key and any(t.startswith(SECRET_PREFIX) for t in tokens):
-        await _refuse(websocket, POLICY_VIOLATION, "invalid_api_key",
-                      "the client secret is unknown or expired: ask "
-                      "POST /v1/realtime/client_secrets for a new one")
-        return
-    if preset is None and not by_key and config.api_key is not None:
-        await _refuse(websocket, POLICY_VIOLATION, "invalid_api_key",
-                      "missing or incorrect API key: send 'Authorization: Bearer KEY' or the "
-                      f"subprotocol '{KEY_PROTOCOL}KEY' (or a client secret in their place)")
-        return
+    if preset is None and not by_key:
+        if any(t.startswith(SECRET_PREFIX) for t in tokens):  # refused even without a key
+            await _refuse(websocket, POLICY_VIOLATION, "invalid_api_key",
+                          "the client secret is unknown or expired: ask "
+                          "POST /v1/realtime/client_secrets for a new one")
+            return
+        if config.api_key is not None:
+            await _refuse(websocket, POLICY_VIOLATION, "invalid_api_key",
+                          "missing or incorrect API key: send 'Authorization: Bearer KEY' or "
+                          f"the subprotocol '{KEY_PROTOCOL}KEY' (or a client secret in their "
+                          "place)")
+            return
     intent = websocket.query_params.get("intent", "transcription")
     if intent != "transcription":
         await _refuse(websocket, POLICY_VIOLATION, "unsupported_intent",
