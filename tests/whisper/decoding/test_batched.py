@@ -21,6 +21,7 @@ from tensorplan.whisper.audio.chunks import (
     cut,
     energy_spans,
     join,
+    pauses,
 )
 from tensorplan.whisper.audio.constants import N_SAMPLES, SAMPLE_RATE
 from tensorplan.whisper.decoding.batched import (
@@ -250,3 +251,43 @@ def test_rests_group_alike_in_any_batch_size(lengths, gaps, seed, batch) -> None
         if len(pieces) > 1:
             assert sum(b - a for a, b in pieces) <= N_SAMPLES
             assert pieces[-1][0] - pieces[0][0] <= PACK_HORIZON_SECONDS * SAMPLE_RATE
+
+
+def test_pauses_lie_between_the_speech() -> None:
+    tone = 0.3 * np.sin(np.arange(2 * SAMPLE_RATE) * 0.07).astype(np.float32)
+    gap = np.zeros(SAMPLE_RATE * 3 // 2, np.float32)
+    found = pauses(np.concatenate([tone, gap, tone, gap[: SAMPLE_RATE // 10], tone]))
+    # one pause of 1.5 s less the 200 ms pads; the 100 ms dip is inside speech
+    assert len(found) == 1
+    start, end = found[0]
+    assert start == pytest.approx(2.2, abs=0.03) and end == pytest.approx(3.3, abs=0.03)
+    assert pauses(tone) == [] and pauses(np.zeros(SAMPLE_RATE, np.float32)) == []
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_text_after_a_long_pause_survives_without_timestamps(tiny, jfk_audio, tmp_path,
+                                                               monkeypatch, check) -> None:
+    """Without timestamps a chunk's one segment spans the chunk, so a window that ended
+    with eot at jfk's closing pause hid the sentence after it; the pause check finds the
+    words' end and decodes the rest (with the check off, the sentence is lost: the test
+    shows both, so it keeps showing that the case still needs the check)."""
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("espeak-ng is not installed (apt-get install -y espeak-ng)")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fixtures"))
+    import make_speech  # noqa: PLC0415
+
+    from tensorplan.whisper.audio.decode import load_audio
+    from tensorplan.whisper.decoding import batched
+
+    said = "It is altogether fitting and proper that we should do this."
+    sentence = load_audio(make_speech.make_speech(tmp_path / "s.wav", said))
+    audio = np.concatenate([jfk_audio, np.zeros(2 * SAMPLE_RATE, np.float32), sentence])
+    if not check:
+        monkeypatch.setattr(batched, "PAUSE_CHECK_SECONDS", float("inf"))
+    result = tiny.transcribe(audio, batch_size=4, without_timestamps=True)
+    words = result.text.lower().split()
+    assert words[:3] == ["and", "so", "my"]
+    assert ("fitting" in words and "proper" in words) is check
+    assert len(words) <= 22 + len(said.split()) + 2  # nothing decoded twice
+    assert all(a.end <= b.start + 1e-6 for a, b in zip(result.segments, result.segments[1:],
+                                                        strict=False))

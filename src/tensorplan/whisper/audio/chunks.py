@@ -17,6 +17,7 @@ instead of filling one each.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -177,6 +178,13 @@ def energy_spans(samples: np.ndarray) -> list[SpeechChunk]:
             else b
         out.append(SpeechChunk(max(0, lo) * FRAME, min(n, hi) * FRAME))
     return out
+
+
+def pauses(samples: np.ndarray) -> list[tuple[float, float]]:
+    """(start, end) in seconds of each pause between stretches of speech (`energy_spans`,
+    so its 200 ms pads count as speech)."""
+    return [(a.end / SAMPLE_RATE, b.start / SAMPLE_RATE)
+            for a, b in itertools.pairwise(energy_spans(samples))]
 
 
 def _runs(mask: np.ndarray) -> list[tuple[int, int]]:

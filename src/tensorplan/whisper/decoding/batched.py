@@ -8,6 +8,8 @@ fallback), the whole chunk in one window (no seek inside it). Segments come back
 order, their times mapped back through the chunk's pieces; word timestamps align each
 chunk with its own window. Where a window's transcript stops short of its chunk's end,
 the rest is decoded again; rests near each other in the audio share a window (`_Todo`).
+Without timestamps, a chunk's one segment spans it whatever was written, so a chunk with
+a long pause is aligned to learn where its text stops (`_Windows._spoken_end`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tensorplan.whisper.audio.chunks import AudioChunk, cut, join
+from tensorplan.whisper.audio.chunks import AudioChunk, cut, join, pauses
 from tensorplan.whisper.audio.constants import (
     FRAMES_PER_SECOND,
     HOP_LENGTH,
@@ -46,6 +48,12 @@ from tensorplan.whisper.result import Segment, TranscriptionResult
 from tensorplan.whisper.tokenizer import to_language_code
 
 MIN_REMAINDER_SECONDS = 1.5  # a shorter rest of a chunk is its trailing pause
+# Decoded without timestamps, a window often ends with eot at a pause this long, and its
+# segment spans the whole chunk, so nothing shows the words after the pause were never
+# written: such chunks are aligned to find where the text really ends (`_spoken_end`)
+PAUSE_CHECK_SECONDS = 1.0
+END_SLACK_SECONDS = 1.0  # the aligned last word ends this close to such a pause's start
+# (energy counts a recording's room noise after the last word as speech: 0.8 s on jfk.wav)
 # rests further apart in the audio never share a window: the segments after the first one
 # wait for the shared window to be decoded before they are handed out
 PACK_HORIZON_SECONDS = 120.0
@@ -195,9 +203,37 @@ class _Windows:
             # aligner's floor (the last word's end) must not reach across chunks
             self.session.hold_window(batch, slot)
             decoded = WordAligner(self.session, self.options)(decoded)
+        elif self.options.without_timestamps and decoded.segments:
+            starts = [a for a, b in pauses(chunk.samples(self.samples))
+                      if b - a >= PAUSE_CHECK_SECONDS]
+            if starts:
+                decoded = self._spoken_end(batch, slot, decoded, starts)
         seek = chunk.start // HOP_LENGTH
         return [dataclasses.replace(to_original(s, chunk), seek=seek)
                 for s in decoded.segments if s.start != s.end and s.text.strip()]
+
+    def _spoken_end(self, batch: WindowBatch, slot: int, decoded: WindowSegments,
+                    pause_starts: Sequence[float]) -> WindowSegments:
+        """The segments, the last one ending where its words do when they stop at the
+        start of a long pause (`pause_starts`, seconds into the window) and at least
+        MIN_REMAINDER_SECONDS before the window's audio does, so `remainder` decodes the
+        rest. Whisper without timestamps ends a window with eot at a long pause as it
+        does with them (docs/compat.md: 7 of 10 sentences after jfk.wav's pause were
+        lost on base; faster-whisper, which shortens the pause, lost 3). The words only
+        place the end, and only next to a pause: where the alignment alone said the text
+        stopped short of continuous speech, the rest was the last sentence again. The
+        segments stay without words, as asked."""
+        self.session.hold_window(batch, slot)
+        aligned = WordAligner(self.session, self.options).add_word_timestamps(decoded)
+        words = [w for s in aligned for w in s.words or ()]
+        last = decoded.segments[-1]
+        if not words or last.end - words[-1].end < MIN_REMAINDER_SECONDS:
+            return decoded
+        end = words[-1].end - decoded.window.time_offset
+        if not any(abs(start - end) <= END_SLACK_SECONDS for start in pause_starts):
+            return decoded
+        last = dataclasses.replace(last, end=max(words[-1].end, last.start))
+        return dataclasses.replace(decoded, segments=(*decoded.segments[:-1], last))
 
     def publish(self, before: float, on_segment: SegmentCallback | None) -> None:
         """Number and hand out the pending segments that start before `before` (nothing
