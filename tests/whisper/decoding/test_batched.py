@@ -291,3 +291,36 @@ def test_text_after_a_long_pause_survives_without_timestamps(tiny, jfk_audio, tm
     assert len(words) <= 22 + len(said.split()) + 2  # nothing decoded twice
     assert all(a.end <= b.start + 1e-6 for a, b in zip(result.segments, result.segments[1:],
                                                         strict=False))
+
+
+@pytest.mark.parametrize("trusted", [False, True])
+def test_an_aligned_end_short_of_speech_starts_no_rest(tiny, jfk_audio, monkeypatch,
+                                                       trusted) -> None:
+    """Word times without timestamps: an alignment that ends the words 3 s early (as it
+    did on continuous espeak speech) must not send the rest to be decoded again, or its
+    words come twice; only an end at a long pause is trusted (jfk's pauses are under 1 s)."""
+    from tensorplan.whisper.decoding import batched
+
+    opts = {"batch_size": 2, "without_timestamps": True, "word_timestamps": True,
+            "beam_size": None}
+    real, calls = batched.WordAligner.__call__, []
+
+    def early(self, decoded):  # the first window's last words squeezed 3 s earlier
+        decoded = real(self, decoded)
+        calls.append(decoded)
+        if len(calls) > 1:
+            return decoded
+        *rest, last = decoded.segments
+        cut = max(last.end - 3.0, last.start)
+        words = tuple(dataclasses.replace(w, start=min(w.start, cut), end=min(w.end, cut))
+                      for w in last.words or ())
+        last = dataclasses.replace(last, end=cut, words=words)
+        return dataclasses.replace(decoded, segments=(*rest, last))
+
+    monkeypatch.setattr(batched.WordAligner, "__call__", early)
+    if trusted:  # the rule off: every aligned end counts as one at a pause
+        monkeypatch.setattr(batched, "PAUSE_CHECK_SECONDS", 0.0)
+        monkeypatch.setattr(batched, "END_SLACK_SECONDS", float("inf"))
+    result = tiny.transcribe(jfk_audio, **opts)
+    n_words = sum(len(s.words or ()) for s in result.segments)
+    assert (n_words == 22) is not trusted  # trusted, the rest's words come a second time

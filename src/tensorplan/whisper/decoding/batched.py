@@ -39,7 +39,7 @@ from tensorplan.whisper.decoding.seek_loop import (
     Window,
     WindowSegments,
 )
-from tensorplan.whisper.decoding.timing import WordAligner
+from tensorplan.whisper.decoding.timing import WordAligner, get_end
 from tensorplan.whisper.decoding.window import DecodingResult, detect_language
 from tensorplan.whisper.options import TranscribeOptions
 from tensorplan.whisper.planned.session import WhisperSession
@@ -187,53 +187,67 @@ class _Windows:
         outcomes = []
         for slot, (chunk, window, result) in enumerate(zip(chunks, windows, results,
                                                            strict=True)):
-            segments = self.segments_of(batch, slot, chunk, window, result)
+            segments, rest = self.segments_of(batch, slot, chunk, window, result)
             self.pending += segments
-            outcomes.append((remainder(chunk, segments), () if segments else chunk.parts))
+            outcomes.append((rest, () if segments else chunk.parts))
         return outcomes
 
     def segments_of(self, batch: WindowBatch, slot: int, chunk: AudioChunk, window: Window,
-                    result: DecodingResult) -> list[Segment]:
-        """The window's segments, with times in the original audio."""
+                    result: DecodingResult) -> tuple[list[Segment], AudioChunk | None]:
+        """The window's segments, with times in the original audio, and the rest of the
+        chunk they stop short of (`remainder`), if any."""
         if self.cutter.is_silence(result):
-            return []
+            return [], None
         decoded = self.with_tail(self.cutter.split_segments(window, result))
+        at_pause = True  # with timestamps, the model's own say where the text stops
         if self.options.word_timestamps:
             # a chunk's own aligner: remainders are aligned after later chunks, and the
             # aligner's floor (the last word's end) must not reach across chunks
             self.session.hold_window(batch, slot)
             decoded = WordAligner(self.session, self.options)(decoded)
+            if self.options.without_timestamps:
+                at_pause = self._ends_at_pause(chunk, decoded.window,
+                                               get_end(decoded.segments))
         elif self.options.without_timestamps and decoded.segments:
-            starts = [a for a, b in pauses(chunk.samples(self.samples))
-                      if b - a >= PAUSE_CHECK_SECONDS]
-            if starts:
-                decoded = self._spoken_end(batch, slot, decoded, starts)
+            decoded = self._spoken_end(batch, slot, chunk, decoded)
         seek = chunk.start // HOP_LENGTH
-        return [dataclasses.replace(to_original(s, chunk), seek=seek)
-                for s in decoded.segments if s.start != s.end and s.text.strip()]
+        segments = [dataclasses.replace(to_original(s, chunk), seek=seek)
+                    for s in decoded.segments if s.start != s.end and s.text.strip()]
+        return segments, remainder(chunk, segments) if at_pause else None
 
-    def _spoken_end(self, batch: WindowBatch, slot: int, decoded: WindowSegments,
-                    pause_starts: Sequence[float]) -> WindowSegments:
-        """The segments, the last one ending where its words do when they stop at the
-        start of a long pause (`pause_starts`, seconds into the window) and at least
-        MIN_REMAINDER_SECONDS before the window's audio does, so `remainder` decodes the
-        rest. Whisper without timestamps ends a window with eot at a long pause as it
-        does with them (docs/compat.md: 7 of 10 sentences after jfk.wav's pause were
-        lost on base; faster-whisper, which shortens the pause, lost 3). The words only
-        place the end, and only next to a pause: where the alignment alone said the text
-        stopped short of continuous speech, the rest was the last sentence again. The
-        segments stay without words, as asked."""
+    def _spoken_end(self, batch: WindowBatch, slot: int, chunk: AudioChunk,
+                    decoded: WindowSegments) -> WindowSegments:
+        """The segments, the last one ending where its words do when that is at a long
+        pause (`_ends_at_pause`), so `remainder` decodes the rest. Decoded without
+        timestamps, a chunk's one segment spans the chunk whatever was written, and
+        Whisper ends a window with eot at a long pause as it does with timestamps
+        (docs/compat.md: 7 of 10 sentences after jfk.wav's pause were lost on base;
+        faster-whisper, which shortens the pause, lost 3). Chunks without such a pause
+        are not aligned (it costs a decoder pass); the segments stay without words."""
+        if not any(b - a >= PAUSE_CHECK_SECONDS for a, b in self._pauses(chunk)):
+            return decoded
         self.session.hold_window(batch, slot)
         aligned = WordAligner(self.session, self.options).add_word_timestamps(decoded)
-        words = [w for s in aligned for w in s.words or ()]
+        end = get_end(aligned)
+        if end is None or not self._ends_at_pause(chunk, decoded.window, end):
+            return decoded
         last = decoded.segments[-1]
-        if not words or last.end - words[-1].end < MIN_REMAINDER_SECONDS:
-            return decoded
-        end = words[-1].end - decoded.window.time_offset
-        if not any(abs(start - end) <= END_SLACK_SECONDS for start in pause_starts):
-            return decoded
-        last = dataclasses.replace(last, end=max(words[-1].end, last.start))
+        last = dataclasses.replace(last, end=min(max(end, last.start), last.end))
         return dataclasses.replace(decoded, segments=(*decoded.segments[:-1], last))
+
+    def _ends_at_pause(self, chunk: AudioChunk, window: Window, end: float | None) -> bool:
+        """Whether words aligned to end at `end` (seconds, window times) stop at the start
+        of a pause of PAUSE_CHECK_SECONDS or more. Only there is an aligned end trusted to
+        start a rest: where the alignment said the text stopped 3.5 s short of continuous
+        espeak speech, the rest decoded was the last sentence again."""
+        if end is None:
+            return False
+        end -= window.time_offset
+        return any(b - a >= PAUSE_CHECK_SECONDS and abs(a - end) <= END_SLACK_SECONDS
+                   for a, b in self._pauses(chunk))
+
+    def _pauses(self, chunk: AudioChunk) -> list[tuple[float, float]]:
+        return pauses(chunk.samples(self.samples))
 
     def publish(self, before: float, on_segment: SegmentCallback | None) -> None:
         """Number and hand out the pending segments that start before `before` (nothing
