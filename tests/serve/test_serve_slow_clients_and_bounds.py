@@ -136,12 +136,26 @@ def test_batched_requests_give_their_memory_back(server: ServerProcess) -> None:
     (("--max-audio-seconds", "inf"), "--max-audio-seconds"),
     (("--header-timeout", "0"), "--header-timeout"),
     (("--body-timeout", "nan"), "--body-timeout"),
+    (("--engine-memory-mb", "nan"), "--engine-memory-mb"),
+    (("--engine-memory-mb", "-5"), "--engine-memory-mb"),
+    (("--engine-memory-mb", "900", "--engine-windows", "2"), "--engine-memory-mb"),
 ], ids=lambda v: " ".join(v) if isinstance(v, tuple) else None)
 def test_bad_settings_are_one_line_at_start_up(flags: tuple[str, ...], needle: str) -> None:
     from clirun import assert_user_error, run_cli
 
     run = run_cli("serve", *flags, timeout=60)
     assert_user_error(run.rc, run.stderr, needle)
+
+
+def test_an_engine_budget_too_small_for_one_window_stops_the_server() -> None:
+    """Known only once the model is planned (after the server listens): the load fails
+    with one line naming the flag and what one window needs, and the server exits 2."""
+    from clirun import run_cli
+
+    run = run_cli("serve", "--port", "0", "--engine-memory-mb", "1", timeout=120)
+    assert run.rc == 2 and "Traceback" not in run.stderr, run.stderr
+    line = next(x for x in run.stderr.splitlines() if "--engine-memory-mb" in x)
+    assert "not even one window" in line and "MB for tiny.en" in line
 
 
 # --- slow clients ------------------------------------------------------------------------

@@ -37,10 +37,15 @@ def register(sub: Any) -> None:
     server.add_argument("--sessions", type=int, default=None, metavar="N",
                         help="transcriptions run at once, each a session of the one model "
                         "(default: cores / 2, at least 1; docs/serve.md says why)")
-    server.add_argument("--engine-windows", type=int, default=8, metavar="N",
+    server.add_argument("--engine-windows", type=int, default=None, metavar="N",
                         help="requests decoded together by the step engine, their decoding "
-                        "steps batched into one pass (default: 8; 0: each request runs "
-                        "alone on a session; docs/engine.md)")
+                        f"steps batched into one pass (default: {limits.DEFAULT_ENGINE_WINDOWS}; "
+                        "0: "
+                        "each request runs alone on a session; docs/engine.md)")
+    server.add_argument("--engine-memory-mb", type=float, default=None, metavar="MB",
+                        help="instead of --engine-windows: as many requests decode together "
+                        "as the step engine's planned memory (its session, caches and "
+                        "batches at the default decoding) fits in MB; the rest queue")
     server.add_argument("--api-key", default=os.environ.get("TENSORPLAN_API_KEY"),
                         help="require 'Authorization: Bearer KEY' (default: "
                         "$TENSORPLAN_API_KEY; unset: no authentication)")
@@ -74,6 +79,7 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from tensorplan.machine import cores
     from tensorplan.serve.config import ServeConfig
+    from tensorplan.serve.limits import DEFAULT_ENGINE_WINDOWS
     from tensorplan.serve.server import serve
     from tensorplan.serve.threads import default_sessions, per_session
     from tensorplan.whisper.api import load
@@ -88,7 +94,10 @@ def run(args: argparse.Namespace) -> int:
     config = ServeConfig(
         model=model_options.model,
         sessions=sessions,
-        engine_windows=args.engine_windows,
+        engine_windows=DEFAULT_ENGINE_WINDOWS if args.engine_windows is None
+        else args.engine_windows,
+        engine_memory_bytes=None if args.engine_memory_mb is None
+        else int(args.engine_memory_mb * (1 << 20)),
         threads_per_session=threads,
         api_key=args.api_key or None,
         max_upload_bytes=int(args.max_upload_mb * (1 << 20)),
@@ -108,12 +117,20 @@ def check_settings(args: argparse.Namespace, sessions: int) -> None:
     """UserError (one line, exit 2) for a configuration that cannot work, before anything
     listens or loads: every number finite and in range, a port that exists, an address
     that resolves, an API key a client can send."""
+    from tensorplan.errors import UserError
     from tensorplan.serve import limits
 
     limits.check_port(args.port)
     limits.check_count("--sessions", sessions, 1, limits.MAX_SESSIONS)
     limits.check_count("--max-queue", args.max_queue, 0, limits.MAX_QUEUE)
-    limits.check_count("--engine-windows", args.engine_windows, 0, limits.MAX_ENGINE_WINDOWS)
+    if args.engine_windows is not None:
+        limits.check_count("--engine-windows", args.engine_windows, 0,
+                           limits.MAX_ENGINE_WINDOWS)
+    if args.engine_memory_mb is not None:
+        if args.engine_windows is not None:
+            raise UserError("--engine-memory-mb: give it or --engine-windows, not both")
+        limits.check_positive("--engine-memory-mb", args.engine_memory_mb,
+                              limits.MAX_ENGINE_MEMORY_MB)
     limits.check_positive("--max-upload-mb", args.max_upload_mb, limits.MAX_UPLOAD_MB)
     limits.check_positive("--max-audio-seconds", args.max_audio_seconds, 1e7)
     for flag in ("--header-timeout", "--body-timeout", "--body-idle-timeout",

@@ -23,7 +23,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Route, WebSocketRoute
 
 from tensorplan.errors import AudioError, AudioTooLongError, UserError
-from tensorplan.serve import streaming
+from tensorplan.serve import limits, streaming
 from tensorplan.serve.client_secrets import (
     SecretStore,
     create_client_secret,
@@ -64,8 +64,9 @@ class ServerState:
             model = self.load()
             pool = FixedSessionPool(model, self.config.sessions)
             beams = self.config.defaults.beam_size or 1  # the defaults' group size, made now
-            engine = (model.engine(self.config.engine_windows, prepare=(beams,))
-                      if self.config.engine_windows and hasattr(model, "engine") else None)
+            windows = self._engine_windows(model)
+            engine = (model.engine(windows, prepare=(beams,))
+                      if windows and hasattr(model, "engine") else None)
             scheduler = Scheduler(pool, self.config.max_queue, engine)
             self.model, self.live = model, _live_engine(pool)
             # last: /ready answers 200 once the scheduler is set, and a realtime connection
@@ -75,12 +76,29 @@ class ServerState:
                         "%.0f MiB each", self.config.model, self.config.sessions,
                         self.config.threads_per_session, pool.session_bytes / 2**20)
             if engine is not None:
-                log.warning("tensorplan serve: step engine, %d requests decode together",
-                            engine.windows)
+                log.warning("tensorplan serve: step engine, %d requests decode together, "
+                            "%.0f MiB planned", engine.windows,
+                            model.engine_bytes(engine.windows, self.config.engine_groups)
+                            / 2**20)
         except Exception as e:  # noqa: BLE001 - reported by /ready, and the server stops
             self.error = f"{type(e).__name__}: {e}" if not isinstance(e, UserError) else str(e)
             log.error("tensorplan serve: cannot load the model: %s", self.error)
             self.on_failure(self.error)
+
+    def _engine_windows(self, model: Any) -> int:
+        """--engine-windows, or the most windows whose engine the planner lays out within
+        --engine-memory-mb (UserError if not even one fits)."""
+        budget = self.config.engine_memory_bytes
+        if budget is None or not hasattr(model, "engine_windows_within"):
+            return self.config.engine_windows
+        groups = self.config.engine_groups
+        windows = model.engine_windows_within(budget, groups, limits.MAX_ENGINE_WINDOWS)
+        if windows == 0:
+            raise UserError(f"--engine-memory-mb {budget / 2**20:g}: not even one window of "
+                            f"the step engine fits; one needs "
+                            f"{model.engine_bytes(1, groups) / 2**20:.0f} MB for "
+                            f"{self.config.model} (or --engine-windows 0: no engine)")
+        return int(windows)
 
     def ready(self) -> Scheduler:
         if self.scheduler is None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from tensorplan.serve.limits import (
     BODY_IDLE_TIMEOUT_S,
     BODY_TIMEOUT_S,
+    DEFAULT_ENGINE_WINDOWS,
     HEADER_TIMEOUT_S,
     KEEP_ALIVE_S,
 )
@@ -20,7 +21,9 @@ ALIASES = ("whisper-1",)  # OpenAI's model name, so unmodified clients work
 class ServeConfig:
     model: str = "tiny.en"
     sessions: int = 1
-    engine_windows: int = 8  # requests decoding together on the step engine (0: off)
+    engine_windows: int = DEFAULT_ENGINE_WINDOWS  # decoding together on the step engine (0: off)
+    # instead of engine_windows: the most windows whose planned engine fits these bytes
+    engine_memory_bytes: int | None = None
     threads_per_session: int = 1
     api_key: str | None = field(default=None, repr=False)  # never printed
     max_upload_bytes: int = 100 << 20
@@ -32,6 +35,14 @@ class ServeConfig:
     body_idle_timeout_s: float = BODY_IDLE_TIMEOUT_S
     body_timeout_s: float = BODY_TIMEOUT_S
     keep_alive_s: float = KEEP_ALIVE_S
+
+    @property
+    def engine_groups(self) -> tuple[int, ...]:
+        """The group sizes the engine decodes with at the defaults: beams (or 1, greedy)
+        at the first temperature, best_of at the fallback's."""
+        first = self.defaults.beam_size or 1
+        sampled = self.defaults.best_of or 1
+        return (first, sampled) if len(self.defaults.temperature) > 1 else (first,)
 
     @property
     def model_names(self) -> tuple[str, ...]:

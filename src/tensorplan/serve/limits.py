@@ -15,7 +15,9 @@ from tensorplan.errors import UserError
 
 MAX_PORT = 65535
 MAX_SESSIONS = 256  # each holds a planned arena (tiny: ~50 MB, large: GBs)
+DEFAULT_ENGINE_WINDOWS = 8  # requests the step engine decodes together (--engine-windows)
 MAX_ENGINE_WINDOWS = 64  # window slots decoding together: 64 tiny windows hold 1.2 GB of cross K/V
+MAX_ENGINE_MEMORY_MB = float(1 << 24)  # 16 TiB: a budget, not an allocation (the windows cap it)
 MAX_QUEUE = 100_000  # waiting requests, each holding its spooled upload on disk
 MAX_UPLOAD_MB = 1 << 20  # 1 TiB: beyond any real recording
 # Connections. uvicorn times out only the idle time between requests (its

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -229,6 +229,29 @@ class Whisper:
     def session_bytes(self) -> int:
         """Planned bytes one session holds (arenas and KV caches; weights are shared)."""
         return self.model.session_bytes
+
+    def engine_bytes(self, windows: int, groups: Iterable[int]) -> int:
+        """Planned bytes of `engine(windows)` once it has made the batches of these group
+        sizes (1 greedy, beams, best_of), known before anything is allocated."""
+        return int(self.model.engine_bytes(windows, groups))
+
+    def engine_windows_within(self, nbytes: int, groups: Iterable[int], most: int) -> int:
+        """The most windows, up to `most`, whose engine (`engine_bytes`) fits in `nbytes`;
+        0 where not even one does. Memory grows with the windows, so a bisection; a
+        batch past the KV cache limit (limits.check_batch_budget) does not fit either."""
+        groups = tuple(groups)
+
+        def fits(windows: int) -> bool:
+            try:
+                return self.engine_bytes(windows, groups) <= nbytes
+            except UserError:
+                return False
+
+        lo, hi = 0, most
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+        return lo
 
     def session(self) -> Session:
         """A new stream of its own over this model's weights and plans."""

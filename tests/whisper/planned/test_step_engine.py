@@ -248,3 +248,25 @@ def test_a_short_clip_behind_a_long_file_finishes_first(tiny, jfk_audio,
     assert events == ["short", "long"]
     assert long_windows_before < len(windows_done)  # the file still had windows to go
     assert shape(short) == shape(alone)
+
+
+def test_the_planner_says_what_an_engine_holds_before_it_exists(tiny) -> None:
+    """engine_bytes(windows, groups) is what the engine, once it has made and bound those
+    batches, reports holding (each buffer once), so a memory budget can be turned into
+    windows before anything is allocated."""
+    predicted = tiny.engine_bytes(3, (2,))
+    with tiny.engine(3, prepare=(2,)) as engine:
+        assert engine.nbytes == predicted
+    assert tiny.engine_bytes(3, (2, 2)) == predicted  # a group size counts once
+    assert tiny.engine_bytes(3, (1, 2)) > predicted > tiny.engine_bytes(2, (2,))
+
+
+@pytest.mark.parametrize("budget_windows", [0, 1, 3, 5])
+def test_a_memory_budget_buys_the_most_windows_that_fit(tiny, budget_windows: int) -> None:
+    groups = (5,)
+    nbytes = tiny.engine_bytes(budget_windows, groups) if budget_windows else \
+        tiny.engine_bytes(1, groups) - 2
+    for slack in (0, 1):  # exactly its size, and a byte more: the same count
+        got = tiny.engine_windows_within(nbytes + slack, groups, most=64)
+        assert got == budget_windows
+    assert tiny.engine_windows_within(10**15, groups, most=6) == 6  # capped by `most`

@@ -11,8 +11,9 @@ word timestamps: teacher-forced alignment passes and their logits heads.
 from __future__ import annotations
 
 import logging
+import math
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -112,6 +113,20 @@ class WhisperModel:
     @property
     def align_bytes(self) -> int:
         return sum(b.size for b in self.align_buffers)
+
+    @property
+    def window_store_bytes(self) -> int:
+        """Bytes of one window's cross-attention K/V, as a step engine parks it for each
+        admitted stream between its decodings."""
+        return sum(math.prod(t.shape) * t.dtype.itemsize for pair in self.kv_cross
+                   for t in pair)
+
+    def engine_bytes(self, windows: int, groups: Iterable[int]) -> int:
+        """Bytes a step engine of `windows` windows holds once it has made the batches of
+        these group sizes: its session, a window store per window, and each batch as the
+        planner laid it out (planned here if need be; nothing is allocated)."""
+        return (self.session_bytes + windows * self.window_store_bytes
+                + sum(self.window_batch(windows, g).nbytes for g in set(groups)))
 
     def _tensors(self, align: bool) -> list[Tensor]:
         stages = [s for s in self.pipeline.stages.values()
