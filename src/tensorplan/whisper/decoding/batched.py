@@ -50,8 +50,9 @@ from tensorplan.whisper.tokenizer import to_language_code
 MIN_REMAINDER_SECONDS = 1.5  # a shorter rest of a chunk is its trailing pause
 # Decoded without timestamps, a window often ends with eot at a pause this long, and its
 # segment spans the whole chunk, so nothing shows the words after the pause were never
-# written: such chunks are aligned to find where the text really ends (`_spoken_end`)
-PAUSE_CHECK_SECONDS = 1.0
+# written: such chunks are aligned to find where the text really ends (`_spoken_end`).
+# Measured by energy, whose 200 ms pads count as speech: 1 s of silence reads as 0.6 s
+PAUSE_CHECK_SECONDS = 0.6
 END_SLACK_SECONDS = 1.0  # the aligned last word ends this close to such a pause's start
 # (energy counts a recording's room noise after the last word as speech: 0.8 s on jfk.wav)
 # rests further apart in the audio never share a window: the segments after the first one
@@ -90,7 +91,8 @@ def transcribe_batched(session: WhisperSession, samples: np.ndarray,
     options = dataclasses.replace(options, language=language)
     batch = session.model.window_batch(batch_windows(batch_size, len(chunks)),
                                        group_size(options))
-    windows, todo = _Windows(session, options, samples), _Todo(chunks)
+    windows = _Windows(session, options, samples)
+    todo = _Todo(chunks, share=not options.without_timestamps)
     total, done = sum(c.n_samples for c in chunks), 0
     while part := todo.next(batch.n_windows):
         outcomes = windows.run(batch, part)
@@ -111,10 +113,13 @@ class _Todo:
     then the cut's chunks in time order. A rest of a cut's chunk waits in `open` for others
     to share its window: it is joined by the rests after it while they fit one window and
     start within PACK_HORIZON_SECONDS of it. That grouping depends on the rests alone, never
-    on the batch size, so the transcript is the same in batches of any size."""
+    on the batch size, so the transcript is the same in batches of any size. With `share`
+    off every rest is decoded alone: without timestamps a shared window's one segment
+    cannot be split between its pieces (it went to the longest, and the pieces after it
+    were decoded again: their text came twice)."""
 
-    def __init__(self, chunks: Sequence[AudioChunk]) -> None:
-        self.chunks = deque(chunks)
+    def __init__(self, chunks: Sequence[AudioChunk], share: bool = True) -> None:
+        self.chunks, self.share = deque(chunks), share
         self.again: list[AudioChunk] = []
         self.open: list[AudioChunk] = []
 
@@ -138,7 +143,7 @@ class _Todo:
             self.again += retries
             if rest is None:
                 continue
-            if i < self.n_again:
+            if i < self.n_again or not self.share:
                 self.again.append(rest)  # a rest of a rest: decoded alone
             elif self.open and rest.start - self.open[0].start <= \
                     PACK_HORIZON_SECONDS * SAMPLE_RATE and \
@@ -199,21 +204,17 @@ class _Windows:
         if self.cutter.is_silence(result):
             return [], None
         decoded = self.with_tail(self.cutter.split_segments(window, result))
-        at_pause = True  # with timestamps, the model's own say where the text stops
         if self.options.word_timestamps:
             # a chunk's own aligner: remainders are aligned after later chunks, and the
             # aligner's floor (the last word's end) must not reach across chunks
             self.session.hold_window(batch, slot)
             decoded = WordAligner(self.session, self.options)(decoded)
-            if self.options.without_timestamps:
-                at_pause = self._ends_at_pause(chunk, decoded.window,
-                                               get_end(decoded.segments))
         elif self.options.without_timestamps and decoded.segments:
             decoded = self._spoken_end(batch, slot, chunk, decoded)
         seek = chunk.start // HOP_LENGTH
         segments = [dataclasses.replace(to_original(s, chunk), seek=seek)
                     for s in decoded.segments if s.start != s.end and s.text.strip()]
-        return segments, remainder(chunk, segments) if at_pause else None
+        return segments, remainder(chunk, segments)
 
     def _spoken_end(self, batch: WindowBatch, slot: int, chunk: AudioChunk,
                     decoded: WindowSegments) -> WindowSegments:
@@ -224,30 +225,24 @@ class _Windows:
         (docs/compat.md: 7 of 10 sentences after jfk.wav's pause were lost on base;
         faster-whisper, which shortens the pause, lost 3). Chunks without such a pause
         are not aligned (it costs a decoder pass); the segments stay without words."""
-        if not any(b - a >= PAUSE_CHECK_SECONDS for a, b in self._pauses(chunk)):
+        starts = self._pause_starts(chunk)
+        if not starts:
             return decoded
         self.session.hold_window(batch, slot)
         aligned = WordAligner(self.session, self.options).add_word_timestamps(decoded)
         end = get_end(aligned)
-        if end is None or not self._ends_at_pause(chunk, decoded.window, end):
+        if not _ends_at_pause(starts, decoded.window, end):
             return decoded
+        assert end is not None
         last = decoded.segments[-1]
         last = dataclasses.replace(last, end=min(max(end, last.start), last.end))
         return dataclasses.replace(decoded, segments=(*decoded.segments[:-1], last))
 
-    def _ends_at_pause(self, chunk: AudioChunk, window: Window, end: float | None) -> bool:
-        """Whether words aligned to end at `end` (seconds, window times) stop at the start
-        of a pause of PAUSE_CHECK_SECONDS or more. Only there is an aligned end trusted to
-        start a rest: where the alignment said the text stopped 3.5 s short of continuous
-        espeak speech, the rest decoded was the last sentence again."""
-        if end is None:
-            return False
-        end -= window.time_offset
-        return any(b - a >= PAUSE_CHECK_SECONDS and abs(a - end) <= END_SLACK_SECONDS
-                   for a, b in self._pauses(chunk))
-
-    def _pauses(self, chunk: AudioChunk) -> list[tuple[float, float]]:
-        return pauses(chunk.samples(self.samples))
+    def _pause_starts(self, chunk: AudioChunk) -> list[float]:
+        """Where the chunk's pauses of PAUSE_CHECK_SECONDS or more start (seconds into
+        its window)."""
+        return [a for a, b in pauses(chunk.samples(self.samples))
+                if b - a >= PAUSE_CHECK_SECONDS]
 
     def publish(self, before: float, on_segment: SegmentCallback | None) -> None:
         """Number and hand out the pending segments that start before `before` (nothing
@@ -289,6 +284,17 @@ class _NoFrames:
 
     def window(self, seek: int, n: int) -> np.ndarray:
         raise NotImplementedError
+
+
+def _ends_at_pause(pause_starts: Sequence[float], window: Window, end: float | None) -> bool:
+    """Whether words aligned to end at `end` (seconds, window times) stop at the start of
+    a long pause (`pause_starts`, seconds into the window). Only there is an aligned end
+    trusted to start a rest: where the alignment said the text stopped 3.5 s short of
+    continuous espeak speech, the rest decoded was the last sentence again."""
+    if end is None:
+        return False
+    end -= window.time_offset
+    return any(abs(start - end) <= END_SLACK_SECONDS for start in pause_starts)
 
 
 def remainder(chunk: AudioChunk, segments: Sequence[Segment]) -> AudioChunk | None:
