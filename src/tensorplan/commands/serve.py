@@ -44,8 +44,10 @@ def register(sub: Any) -> None:
                         "each request runs alone on a session; docs/engine.md)")
     server.add_argument("--engine-memory-mb", type=float, default=None, metavar="MB",
                         help="instead of --engine-windows: as many requests decode together "
-                        "as the step engine's planned memory (its session, caches and "
-                        "batches at the default decoding) fits in MB; the rest queue")
+                        "as the step engine's planned memory fits in MB (MiB, as "
+                        "--max-upload-mb): its session, word alignment, caches and the "
+                        "batches of the default decoding; a request asking for another "
+                        "beam_size or best_of adds a batch beyond it (docs/engine.md)")
     server.add_argument("--api-key", default=os.environ.get("TENSORPLAN_API_KEY"),
                         help="require 'Authorization: Bearer KEY' (default: "
                         "$TENSORPLAN_API_KEY; unset: no authentication)")
@@ -96,8 +98,7 @@ def run(args: argparse.Namespace) -> int:
         sessions=sessions,
         engine_windows=DEFAULT_ENGINE_WINDOWS if args.engine_windows is None
         else args.engine_windows,
-        engine_memory_bytes=None if args.engine_memory_mb is None
-        else int(args.engine_memory_mb * (1 << 20)),
+        engine_memory_mb=args.engine_memory_mb,
         threads_per_session=threads,
         api_key=args.api_key or None,
         max_upload_bytes=int(args.max_upload_mb * (1 << 20)),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import math
 import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -88,16 +89,17 @@ class ServerState:
     def _engine_windows(self, model: Any) -> int:
         """--engine-windows, or the most windows whose engine the planner lays out within
         --engine-memory-mb (UserError if not even one fits)."""
-        budget = self.config.engine_memory_bytes
-        if budget is None or not hasattr(model, "engine_windows_within"):
+        mb = self.config.engine_memory_mb
+        if mb is None or not hasattr(model, "engine_windows_within"):
             return self.config.engine_windows
         groups = self.config.engine_groups
-        windows = model.engine_windows_within(budget, groups, limits.MAX_ENGINE_WINDOWS)
+        windows = model.engine_windows_within(int(mb * 2**20), groups,
+                                              limits.MAX_ENGINE_WINDOWS)
         if windows == 0:
-            raise UserError(f"--engine-memory-mb {budget / 2**20:g}: not even one window of "
-                            f"the step engine fits; one needs "
-                            f"{model.engine_bytes(1, groups) / 2**20:.0f} MB for "
-                            f"{self.config.model} (or --engine-windows 0: no engine)")
+            need = math.ceil(model.engine_bytes(1, groups) / 2**20)
+            raise UserError(f"--engine-memory-mb {mb:g}: not even one window of the step "
+                            f"engine fits; {self.config.model} needs {need} MB for one (or "
+                            "--engine-windows 0 instead: no engine)")
         return int(windows)
 
     def ready(self) -> Scheduler:

@@ -22,8 +22,8 @@ class ServeConfig:
     model: str = "tiny.en"
     sessions: int = 1
     engine_windows: int = DEFAULT_ENGINE_WINDOWS  # decoding together on the step engine (0: off)
-    # instead of engine_windows: the most windows whose planned engine fits these bytes
-    engine_memory_bytes: int | None = None
+    # instead of engine_windows: the most windows whose planned engine fits this many MiB
+    engine_memory_mb: float | None = None
     threads_per_session: int = 1
     api_key: str | None = field(default=None, repr=False)  # never printed
     max_upload_bytes: int = 100 << 20

@@ -250,12 +250,17 @@ def test_a_short_clip_behind_a_long_file_finishes_first(tiny, jfk_audio,
     assert shape(short) == shape(alone)
 
 
-def test_the_planner_says_what_an_engine_holds_before_it_exists(tiny) -> None:
+def test_the_planner_says_what_an_engine_holds_before_it_exists(tiny, jfk_audio) -> None:
     """engine_bytes(windows, groups) is what the engine, once it has made and bound those
     batches, reports holding (each buffer once), so a memory budget can be turned into
     windows before anything is allocated."""
+    from tensorplan.whisper.options import TranscribeOptions
+
     predicted = tiny.engine_bytes(3, (2,))
     with tiny.engine(3, prepare=(2,)) as engine:
+        assert engine.nbytes == predicted - tiny.model.align_bytes  # no words aligned yet
+        words = TranscribeOptions(beam_size=2, word_timestamps=True, temperature=(0.0,))
+        assert engine.transcribe(jfk_audio, words).segments[0].words
         assert engine.nbytes == predicted
     assert tiny.engine_bytes(3, (2, 2)) == predicted  # a group size counts once
     assert tiny.engine_bytes(3, (1, 2)) > predicted > tiny.engine_bytes(2, (2,))

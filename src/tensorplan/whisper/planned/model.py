@@ -123,9 +123,10 @@ class WhisperModel:
 
     def engine_bytes(self, windows: int, groups: Iterable[int]) -> int:
         """Bytes a step engine of `windows` windows holds once it has made the batches of
-        these group sizes: its session, a window store per window, and each batch as the
-        planner laid it out (planned here if need be; nothing is allocated)."""
-        return (self.session_bytes + windows * self.window_store_bytes
+        these group sizes and aligned words: its session with the alignment graphs' own
+        buffers, a window store per window, and each batch as the planner laid it out
+        (planned here if need be; nothing is allocated)."""
+        return (self.session_bytes + self.align_bytes + windows * self.window_store_bytes
                 + sum(self.window_batch(windows, g).nbytes for g in set(groups)))
 
     def _tensors(self, align: bool) -> list[Tensor]:
