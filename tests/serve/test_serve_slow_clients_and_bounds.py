@@ -160,6 +160,28 @@ def test_an_engine_budget_too_small_for_one_window_stops_the_server() -> None:
     assert need > 1
 
 
+def test_an_engine_budget_holds_and_refuses_what_would_pass_it() -> None:
+    """Under --engine-memory-mb the engine's bytes stay within the budget after a default
+    request and one with word times; a beam size the budget did not plan is a 400 naming
+    beam_size (it would plan a batch beyond the budget), and the server goes on."""
+    budget_mb = 400
+    server = ServerProcess("--engine-memory-mb", str(budget_mb))
+    try:
+        jfk = JFK.read_bytes()
+        assert _post(server, "jfk.wav", jfk).status_code == 200
+        words = _post(server, "jfk.wav", jfk, response_format="verbose_json",
+                      **{"timestamp_granularities[]": "word"})
+        assert words.status_code == 200 and words.json()["words"], words.text
+        error = _error(_post(server, "jfk.wav", jfk, beam_size="8"), 400)
+        assert error["param"] == "beam_size" and "--engine-memory-mb" in error["message"]
+        health = wait_idle(server)
+        assert health["streams"] >= 1
+        assert 0 < health["engine_bytes"] <= budget_mb * 2**20, health
+        assert _post(server, "jfk.wav", jfk).status_code == 200
+    finally:
+        server.stop()
+
+
 # --- slow clients ------------------------------------------------------------------------
 
 

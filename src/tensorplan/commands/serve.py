@@ -47,7 +47,7 @@ def register(sub: Any) -> None:
                         "as the step engine's planned memory fits in MB (MiB, as "
                         "--max-upload-mb): its session, word alignment, caches and the "
                         "batches of the default decoding; a request asking for another "
-                        "beam_size or best_of adds a batch beyond it (docs/engine.md)")
+                        "beam_size or best_of is then refused (docs/engine.md)")
     server.add_argument("--api-key", default=os.environ.get("TENSORPLAN_API_KEY"),
                         help="require 'Authorization: Bearer KEY' (default: "
                         "$TENSORPLAN_API_KEY; unset: no authentication)")

@@ -30,7 +30,7 @@ from tensorplan.serve.client_secrets import (
     create_client_secret,
     create_transcription_session,
 )
-from tensorplan.serve.config import ServeConfig
+from tensorplan.serve.config import ServeConfig, groups_of
 from tensorplan.serve.errors import ApiError, bad_request
 from tensorplan.serve.params import RequestParser, TranscriptionRequest
 from tensorplan.serve.pool import Cancelled, FixedSessionPool, Job, Scheduler
@@ -324,10 +324,29 @@ def _request_from(form: Form, state: ServerState, task: str) -> TranscriptionReq
                         state.model.dims.n_vocab, "suppress_tokens")
     except UserError as e:
         raise bad_request(str(e), param="suppress_tokens") from None
+    _check_engine_groups(req, state)
     if task == "translate" and not state.model.is_multilingual:
         raise bad_request(f"{state.config.model} is English-only and cannot translate; "
                           "serve a multilingual model (e.g. --model base)", param="model")
     return req
+
+
+def _check_engine_groups(req: TranscriptionRequest, state: ServerState) -> None:
+    """Under --engine-memory-mb, a 400 for a request that would make the engine plan a
+    batch outside its budget: a group size (beam_size, best_of) the defaults do not use."""
+    config = state.config
+    if config.engine_memory_mb is None or state.scheduler is None or \
+            state.scheduler.engine is None:
+        return
+    planned = config.engine_groups
+    extra = sorted(set(groups_of(req.options)) - set(planned))
+    if extra:
+        param = "best_of" if req.options.best_of in extra else "beam_size"
+        raise bad_request(f"{param}: this server's step engine is planned within "
+                          f"--engine-memory-mb for {' and '.join(map(str, planned))} "
+                          f"sequences per window, and this request needs {extra[0]}; "
+                          "leave beam_size and best_of at the server's defaults",
+                          param=param)
 
 
 def _transcriber(form: Form, req: TranscriptionRequest, state: ServerState,

@@ -38,12 +38,17 @@ class ServeConfig:
 
     @property
     def engine_groups(self) -> tuple[int, ...]:
-        """The group sizes the engine decodes with at the defaults: beams (or 1, greedy)
-        at the first temperature, best_of at the fallback's."""
-        first = self.defaults.beam_size or 1
-        sampled = self.defaults.best_of or 1
-        return (first, sampled) if len(self.defaults.temperature) > 1 else (first,)
+        """The group sizes the engine decodes with at the defaults."""
+        return groups_of(self.defaults)
 
     @property
     def model_names(self) -> tuple[str, ...]:
         return (self.model, *ALIASES)
+
+
+def groups_of(options: TranscribeOptions) -> tuple[int, ...]:
+    """The group sizes (sequences per window) a decoding uses: beams (or 1, greedy) at a
+    first temperature of 0, else best_of; best_of again at a fallback's temperatures."""
+    sampled = options.best_of or 1
+    first = (options.beam_size or 1) if options.temperature[0] == 0 else sampled
+    return (first, sampled) if len(options.temperature) > 1 else (first,)
