@@ -39,9 +39,9 @@ def register(sub: Any) -> None:
                         "(default: cores / 2, at least 1; docs/serve.md says why)")
     server.add_argument("--engine-windows", type=int, default=None, metavar="N",
                         help="requests decoded together by the step engine, their decoding "
-                        f"steps batched into one pass (default: {limits.DEFAULT_ENGINE_WINDOWS}; "
-                        "0: "
-                        "each request runs alone on a session; docs/engine.md)")
+                        "steps batched into one pass (default: "
+                        f"{limits.DEFAULT_ENGINE_WINDOWS}; 0: each request runs alone on a "
+                        "session; docs/engine.md)")
     server.add_argument("--engine-memory-mb", type=float, default=None, metavar="MB",
                         help="instead of --engine-windows: as many requests decode together "
                         "as the step engine's planned memory fits in MB (MiB, as "

@@ -30,7 +30,7 @@ from tensorplan.serve.client_secrets import (
     create_client_secret,
     create_transcription_session,
 )
-from tensorplan.serve.config import ServeConfig, groups_of
+from tensorplan.serve.config import ServeConfig
 from tensorplan.serve.errors import ApiError, bad_request
 from tensorplan.serve.params import RequestParser, TranscriptionRequest
 from tensorplan.serve.pool import Cancelled, FixedSessionPool, Job, Scheduler
@@ -38,6 +38,7 @@ from tensorplan.serve.realtime import realtime
 from tensorplan.serve.responses import render_response
 from tensorplan.serve.uploads import Form, read_form
 from tensorplan.whisper.limits import check_token_ids
+from tensorplan.whisper.options import group_sizes
 from tensorplan.whisper.result import Segment, TranscriptionResult
 
 log = logging.getLogger("tensorplan.serve")
@@ -78,9 +79,7 @@ class ServerState:
                         self.config.threads_per_session, pool.session_bytes / 2**20)
             if engine is not None:
                 log.warning("tensorplan serve: step engine, %d requests decode together, "
-                            "%.0f MiB planned", engine.windows,
-                            model.engine_bytes(engine.windows, self.config.engine_groups)
-                            / 2**20)
+                            "%.0f MiB held", engine.windows, engine.nbytes / 2**20)
         except Exception as e:  # noqa: BLE001 - reported by /ready, and the server stops
             self.error = f"{type(e).__name__}: {e}" if not isinstance(e, UserError) else str(e)
             log.error("tensorplan serve: cannot load the model: %s", self.error)
@@ -339,7 +338,7 @@ def _check_engine_groups(req: TranscriptionRequest, state: ServerState) -> None:
             state.scheduler.engine is None:
         return
     planned = config.engine_groups
-    extra = sorted(set(groups_of(req.options)) - set(planned))
+    extra = sorted(set(group_sizes(req.options)) - set(planned))
     if extra:
         param = "best_of" if req.options.best_of in extra else "beam_size"
         raise bad_request(f"{param}: this server's step engine is planned within "

@@ -12,7 +12,7 @@ from tensorplan.serve.limits import (
     KEEP_ALIVE_S,
 )
 from tensorplan.whisper.limits import DEFAULT_MAX_AUDIO_SECONDS
-from tensorplan.whisper.options import TranscribeOptions
+from tensorplan.whisper.options import TranscribeOptions, group_sizes
 
 ALIASES = ("whisper-1",)  # OpenAI's model name, so unmodified clients work
 
@@ -39,16 +39,9 @@ class ServeConfig:
     @property
     def engine_groups(self) -> tuple[int, ...]:
         """The group sizes the engine decodes with at the defaults."""
-        return groups_of(self.defaults)
+        return group_sizes(self.defaults)
 
     @property
     def model_names(self) -> tuple[str, ...]:
         return (self.model, *ALIASES)
 
-
-def groups_of(options: TranscribeOptions) -> tuple[int, ...]:
-    """The group sizes (sequences per window) a decoding uses: beams (or 1, greedy) at a
-    first temperature of 0, else best_of; best_of again at a fallback's temperatures."""
-    sampled = options.best_of or 1
-    first = (options.beam_size or 1) if options.temperature[0] == 0 else sampled
-    return (first, sampled) if len(options.temperature) > 1 else (first,)

@@ -243,14 +243,20 @@ class TranscribeOptions(SearchOptions):
 Number = TypeVar("Number", int, float)
 
 
-def max_batch(options: TranscribeOptions) -> int:
-    """Sequences decoded together: the beams at temperature 0, the best-of samples above;
-    it sizes the KV cache, so a greedy run without fallback keeps one sequence's worth."""
+def group_sizes(options: TranscribeOptions) -> tuple[int, ...]:
+    """The sequences one window decodes together at each kind of temperature it may use:
+    the beams (or 1, greedy) at temperature 0, the best-of samples above 0."""
     temps = options.temperature
     temps = temps if isinstance(temps, tuple | list) else (temps,)
-    beams = (options.beam_size or 1) if any(t == 0 for t in temps) else 1
-    samples = (options.best_of or 1) if any(t > 0 for t in temps) else 1
-    return max(beams, samples)
+    beams = (options.beam_size or 1,) if any(t == 0 for t in temps) else ()
+    samples = (options.best_of or 1,) if any(t > 0 for t in temps) else ()
+    return beams + samples
+
+
+def max_batch(options: TranscribeOptions) -> int:
+    """Sequences decoded together (`group_sizes`, the largest); it sizes the KV cache, so
+    a greedy run without fallback keeps one sequence's worth."""
+    return max(group_sizes(options), default=1)
 
 
 def clip_spans(points: Sequence[Number], end: Number) -> list[tuple[Number, Number]]:

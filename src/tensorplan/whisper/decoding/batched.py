@@ -231,9 +231,8 @@ class _Windows:
         self.session.hold_window(batch, slot)
         aligned = WordAligner(self.session, self.options).add_word_timestamps(decoded)
         end = get_end(aligned)
-        if not _ends_at_pause(starts, decoded.window, end):
+        if end is None or not _ends_at_pause(starts, decoded.window, end):
             return decoded
-        assert end is not None
         last = decoded.segments[-1]
         last = dataclasses.replace(last, end=min(max(end, last.start), last.end))
         return dataclasses.replace(decoded, segments=(*decoded.segments[:-1], last))
@@ -286,13 +285,11 @@ class _NoFrames:
         raise NotImplementedError
 
 
-def _ends_at_pause(pause_starts: Sequence[float], window: Window, end: float | None) -> bool:
+def _ends_at_pause(pause_starts: Sequence[float], window: Window, end: float) -> bool:
     """Whether words aligned to end at `end` (seconds, window times) stop at the start of
     a long pause (`pause_starts`, seconds into the window). Only there is an aligned end
     trusted to start a rest: where the alignment said the text stopped 3.5 s short of
     continuous espeak speech, the rest decoded was the last sentence again."""
-    if end is None:
-        return False
     end -= window.time_offset
     return any(abs(start - end) <= END_SLACK_SECONDS for start in pause_starts)
 
