@@ -151,18 +151,28 @@ def entry() -> NoReturn:
     tokenizer table for nothing, 82 ms of jfk.wav's exit against 24 ms frozen (median of
     8). atexit handlers and refcount frees still run; only cycles go uncollected, and the
     process is ending. In-process callers use main(), which freezes nothing."""
-    code = main()
+    code = _run(None, program=True)
     gc.freeze()
     sys.exit(code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    return _run(argv, program=False)
+
+
+def _run(argv: Sequence[str] | None, program: bool) -> int:
+    """_main with SIGTERM raising Terminated. Once an interrupt or SIGTERM has decided the
+    exit code, later Ctrl-Cs are ignored: one landing while a program is on its way out
+    (an atexit join, the last bytecodes of entry) turned exit 130 into death by SIGINT
+    (-2) in a loaded test run. In-process callers (tests) get their handlers back."""
     previous = _stop_on_sigterm()
+    previous_int = signal.getsignal(signal.SIGINT) if previous is not None else None
     try:
         return _main(argv)
     finally:
-        if previous is not None:  # in-process callers (tests) get their handler back
+        if previous is not None and not program:
             signal.signal(signal.SIGTERM, previous)
+            signal.signal(signal.SIGINT, previous_int)
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -170,6 +180,7 @@ def _main(argv: Sequence[str] | None) -> int:
         parser = build_parser()
         args = parser.parse_args(openai_spellings(parser, sys.argv[1:] if argv is None else argv))
     except KeyboardInterrupt:  # while importing or parsing: still no traceback
+        _ignore_interrupts()
         print("tensorplan: interrupted", file=sys.stderr)
         return 130
     debug = args.debug or os.environ.get("TENSORPLAN_DEBUG", "0") not in ("", "0")
@@ -185,13 +196,21 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"tensorplan: error: {one_line(str(e))}", file=sys.stderr)
         return 2
     except Terminated:
+        _ignore_interrupts()
         print("tensorplan: terminated (SIGTERM); finished outputs are kept", file=sys.stderr)
         return 128 + signal.SIGTERM
     except KeyboardInterrupt:
+        _ignore_interrupts()
         print("tensorplan: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0
+
+
+def _ignore_interrupts() -> None:
+    """Ctrl-C ignored from here on (main thread only): the exit code is decided."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _stop_on_sigterm() -> Any:
