@@ -215,9 +215,20 @@ def rms_norm(a: Tensor, weight: Tensor | None = None, eps: float = 1e-6, name: s
 
 
 # ---- linear algebra ------------------------------------------------------------------------
-def matmul(a: Tensor, b: Tensor, transpose_b: bool = False, name: str = "") -> Tensor:
+MATMUL_PRECISIONS = ("float32", "bfloat16")
+
+
+def matmul(a: Tensor, b: Tensor, transpose_b: bool = False, name: str = "",
+           precision: str = "float32") -> Tensor:
     """a (..., M, K) @ b (..., K, N), or b (..., N, K) transposed; batch axes broadcast.
-    The result takes a's dtype (a float16 weight as b is widened by the backend)."""
+    The result takes a's dtype (a float16 weight as b is widened by the backend).
+
+    precision "bfloat16" allows a backend to round both operands to bfloat16 and
+    accumulate in float32 (a relative error near 3e-3), where its hardware multiplies
+    those faster (the torch backend on CPUs with AMX); the reference kernels ignore it."""
+    if precision not in MATMUL_PRECISIONS:
+        raise ValueError(f"matmul precision must be one of {', '.join(MATMUL_PRECISIONS)}, "
+                         f"got {precision!r}")
     if a.ndim < 2 or b.ndim < 2:
         raise ValueError(f"matmul needs 2-D or more operands, got {a.shape} and {b.shape}")
     m, k = a.shape[-2:]
@@ -227,7 +238,8 @@ def matmul(a: Tensor, b: Tensor, transpose_b: bool = False, name: str = "") -> T
             f"matmul: inner dims differ: {a.shape} @ {b.shape} (transpose_b={transpose_b})"
         )
     batch = broadcast_shape(a.shape[:-2], b.shape[:-2])
-    return _node(MATMUL, (*batch, m, n), a.dtype, (a, b), name, transpose_b=transpose_b)
+    hint = {} if precision == "float32" else {"precision": precision}
+    return _node(MATMUL, (*batch, m, n), a.dtype, (a, b), name, transpose_b=transpose_b, **hint)
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, name: str = "") -> Tensor:

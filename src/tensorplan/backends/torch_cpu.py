@@ -23,7 +23,7 @@ from tensorplan.backends import TORCH_INSTALL
 from tensorplan.backends import threads as pools
 from tensorplan.backends.numpy_cpu import Bindings, NumpyBackend, NumpyBufferType, NumpyProgram
 from tensorplan.graph import Graph
-from tensorplan.tensor import Tensor
+from tensorplan.tensor import Tensor, contiguous_strides
 
 # PyTorch and its kernels, imported by load_torch() when the first program is made, not
 # when the backend is: `import torch` costs ~1.2 s and 240 MB, and load_model builds and
@@ -31,14 +31,14 @@ from tensorplan.tensor import Tensor
 torch: Any = None
 TORCH_KERNELS: dict[str, Any] = {}
 ANY_DTYPE: frozenset[str] = frozenset()
-pack_int8: Any = None
+kernels: Any = None  # the torch_kernels module
 _importing = threading.Lock()
 
 
 def load_torch() -> Any:
     """PyTorch, imported once (with this backend's kernels; its thread pool sized as ours:
     threads.configure ran before torch was imported, so it could not size it then)."""
-    global torch, TORCH_KERNELS, ANY_DTYPE, pack_int8
+    global torch, TORCH_KERNELS, ANY_DTYPE, kernels
     with _importing:
         if torch is None:
             import torch as module
@@ -46,7 +46,7 @@ def load_torch() -> Any:
             from tensorplan.backends import torch_kernels
 
             TORCH_KERNELS, ANY_DTYPE = torch_kernels.TORCH_KERNELS, torch_kernels.ANY_DTYPE
-            pack_int8 = torch_kernels.pack_int8
+            kernels = torch_kernels
             module.set_num_threads(pools.count())
             torch = module
     return torch
@@ -67,7 +67,8 @@ class TorchProgram(NumpyProgram):
         assert n.op is not None
         name = n.op.name
         kernel = TORCH_KERNELS.get(name)
-        few_rows = name == "matmul" and _rows(n) < self.backend.min_matmul_rows
+        few_rows = (name == "matmul" and _rows(n) < self.backend.min_matmul_rows
+                    and not _attends_contiguously(n))
         if kernel is None or not _takes(n) or few_rows:
             return super().step(n)
         out = self.views.array(n)
@@ -76,10 +77,34 @@ class TorchProgram(NumpyProgram):
         if name == "layer_norm":  # mean and 1/std per row: scratch kept with the step
             rows = out.shape[:-1] + (1,)
             params["_stats"] = (torch.empty(rows), torch.empty(rows))
-        if name == "qmatmul":
+        if name == "qmatmul" and self._bf16(n):
+            kernel = kernels.qmatmul_bf16
+            params["_bf16"] = self.backend.bf16_weight(n.srcs[1], srcs[1], srcs[2])
+        elif name == "qmatmul":
             params["_packed"] = self.backend.packed(n.srcs[1], srcs[1], srcs[2])
-        threads = pools.count() if n.size >= PARALLEL_MIN else 1
+        elif name == "matmul" and n.params.get("precision") == "bfloat16" and self._bf16(n):
+            kernel = kernels.matmul_bf16
+        # a product's work is its operands' size, not its result's (attention over 1,500
+        # cross keys yields 64 values per head from a 1,500 x 64 block of each)
+        work = max(n.size, *(t.size for t in n.srcs)) if name == "matmul" else n.size
+        threads = pools.count() if work >= PARALLEL_MIN else 1
         return _on_threads(kernel, threads), _as_torch(out), [_as_torch(s) for s in srcs], params
+
+
+    def _bf16(self, n: Tensor) -> bool:
+        """Whether product n runs in bfloat16: the backend's bf16_products, and enough
+        rows to repay the conversions (a decoder step's few rows stay on FBGEMM's int8,
+        which reads a quarter of float32's weight bytes where bfloat16 reads half)."""
+        return self.backend.bf16_products and _rows(n) >= BF16_MIN_ROWS
+
+
+# Products of fewer rows keep their float32 or int8 kernels under bf16_products. The
+# encoder's (1500 rows) and the cross K/V's are above; a decoder step's (a batch of
+# beams) and a prompt's (at most 224 tokens) are below, so their int8 weights get no
+# bfloat16 copy (the logits' alone would be 40 MB for tiny.en). FBGEMM's int8 is faster
+# at a decoder step's sizes anyway: the logits product (R x 384 by 384 x 51864) took
+# 1.1 / 3.9 / 8.4 ms at R = 8 / 40 / 64 rows against bfloat16's 2.2 / 6.8 / 7.6.
+BF16_MIN_ROWS = 256
 
 
 # Nodes smaller than this run PyTorch on one thread. PyTorch splits even a 1536-element
@@ -113,6 +138,18 @@ def _on_threads(kernel: Any, n: int) -> Any:
 MIN_MATMUL_ROWS = 32
 
 
+def _attends_contiguously(n: Tensor) -> bool:
+    """A batched product (attention: queries against keys or values, per head) whose
+    second operand is one contiguous block, as the cross K/V are (head-major): PyTorch
+    multiplies it in place, 1.7x numpy's speed for one query row per head and 3.8x for
+    five (8 windows x 6 heads x 1,500 keys, measured on this project's 2-core Sapphire
+    Rapids: 0.51 against 0.85 ms, 1.06 against 3.99). A strided one (the self-attention
+    cache split into heads) PyTorch copies whole first, so it stays on numpy."""
+    b = n.srcs[1]
+    return n.ndim >= 3 and b.dtype.name == "float32" and b.strides == contiguous_strides(
+        b.shape, b.dtype.itemsize)
+
+
 def _rows(n: Tensor) -> int:
     """Rows of one product of a (batched) matmul: a 2-D one's, or a batch slice's."""
     return n.shape[-2] if n.ndim >= 2 else 1
@@ -136,12 +173,17 @@ class TorchBackend(NumpyBackend):
     """
 
     def __init__(
-        self, buffer_type: NumpyBufferType | None = None, min_matmul_rows: int = MIN_MATMUL_ROWS
+        self, buffer_type: NumpyBufferType | None = None, min_matmul_rows: int = MIN_MATMUL_ROWS,
+        bf16: bool | None = None,
     ) -> None:
         if torch is None and not backends.torch_available():  # looked up there: tests patch it
             raise ImportError(f"the torch backend needs PyTorch's CPU build: {TORCH_INSTALL}")
         super().__init__(buffer_type)
         self.min_matmul_rows = min_matmul_rows
+        self._bf16_choice = bf16  # None: where the CPU has AMX, decided once torch is loaded
+        # bfloat16 copies of int8 weights for many-row products: id(weight) -> (the tensor,
+        # its copy), as _packed
+        self._bf16_weights: dict[int, tuple[Tensor, Any]] = {}
         # FBGEMM-packed int8 weights, shared by every graph: id(weight tensor) -> (the
         # tensor, kept so its id is not reused, and its packed form)
         self._packed: dict[int, tuple[Tensor, Any]] = {}
@@ -151,6 +193,31 @@ class TorchBackend(NumpyBackend):
         load_torch()  # the first program pays the import: the work now needs its kernels
         return TorchProgram(graph, self, bindings)
 
+    @property
+    def bf16_products(self) -> bool:
+        """Whether products of many rows may run in bfloat16: int8 weights' products
+        (qmatmul) and matmuls whose precision allows it. Default: where the CPU has AMX.
+        Float32 matmuls without that hint always stay float32."""
+        if self._bf16_choice is None:
+            self._bf16_choice = load_torch() is not None and kernels.bf16_products()
+        return self._bf16_choice
+
+    @property
+    def bf16_nbytes(self) -> int:
+        """Bytes of the bfloat16 weight copies made so far (shared by every session)."""
+        with self._packing:
+            return sum(int(w.nbytes) for _, w in self._bf16_weights.values())
+
+    def bf16_weight(self, weight: Tensor, q: np.ndarray, scale: np.ndarray) -> Any:
+        """The bfloat16 form of int8 weight `weight`, made once per weight tensor (a
+        constant, as for `packed`)."""
+        with self._packing:
+            hit = self._bf16_weights.get(id(weight))
+            if hit is None:
+                hit = (weight, kernels.dequantize_bf16(_as_torch(q), _as_torch(scale)))
+                self._bf16_weights[id(weight)] = hit
+        return hit[1]
+
     def packed(self, weight: Tensor, q: np.ndarray, scale: np.ndarray) -> Any:
         """The packed form of int8 weight `weight` (values q, per-row scales), made once
         per weight tensor: packing copies it into FBGEMM's blocked layout, so the weight
@@ -158,6 +225,6 @@ class TorchBackend(NumpyBackend):
         with self._packing:
             hit = self._packed.get(id(weight))
             if hit is None:
-                hit = (weight, pack_int8(_as_torch(q), _as_torch(scale)))
+                hit = (weight, kernels.pack_int8(_as_torch(q), _as_torch(scale)))
                 self._packed[id(weight)] = hit
         return hit[1]

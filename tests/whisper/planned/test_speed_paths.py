@@ -161,3 +161,17 @@ def test_the_numpy_backend_never_imports_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=300).stdout.split()
     assert out[-1] == "False"
+
+
+def test_only_an_int8_encoder_allows_its_attention_in_bfloat16(tiny_model_factory):
+    """The hint the torch backend honours on AMX CPUs: the int8 encoder's attention
+    products; float32 keeps every product float32."""
+    for compute, want in (("float32", set()), ("int8", {"bfloat16"})):
+        model = tiny_model_factory("joint", backend="numpy", compute_type=compute).model
+        graph = model.pipeline.stages["encoder"].graph
+        products = [n for n in graph.nodes if n.op is not None and n.op.name == "matmul"]
+        attention = [n for n in products if "/scores" in n.name or "/head" in n.name]
+        assert len(attention) == 2 * model.dims.n_audio_head * model.dims.n_audio_layer
+        assert {n.params.get("precision") for n in attention} - {None} == want
+        others = [n for n in products if n not in attention]
+        assert all("precision" not in n.params for n in others)
