@@ -151,20 +151,17 @@ def entry() -> NoReturn:
     tokenizer table for nothing, 82 ms of jfk.wav's exit against 24 ms frozen (median of
     8). atexit handlers and refcount frees still run; only cycles go uncollected, and the
     process is ending. In-process callers use main(), which freezes nothing."""
-    code = _run(None, program=True)
+    code = main(program=True)
     gc.freeze()
     sys.exit(code)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    return _run(argv, program=False)
-
-
-def _run(argv: Sequence[str] | None, program: bool) -> int:
-    """_main with SIGTERM raising Terminated. Once an interrupt or SIGTERM has decided the
-    exit code, later Ctrl-Cs are ignored: one landing while a program is on its way out
-    (an atexit join, the last bytecodes of entry) turned exit 130 into death by SIGINT
-    (-2) in a loaded test run. In-process callers (tests) get their handlers back."""
+def main(argv: Sequence[str] | None = None, program: bool = False) -> int:
+    """The CLI on `argv` (None: sys.argv), with SIGTERM raising Terminated. Once an
+    interrupt or SIGTERM has decided the exit code, later Ctrl-Cs are ignored: one landing
+    while the program was on its way out (an atexit join, the last bytecodes of entry)
+    turned exit 130 into death by SIGINT (-2) in a loaded test run. In-process callers
+    (program False: tests) get their handlers back."""
     previous = _stop_on_sigterm()
     previous_int = signal.getsignal(signal.SIGINT) if previous is not None else None
     try:

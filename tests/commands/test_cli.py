@@ -89,8 +89,8 @@ def test_the_program_exits_with_mains_code_and_freezes_only_then(
     """entry() (the `tensorplan` script, `python -m tensorplan`) exits with main's code; the
     freeze that spares the shutdown collection comes after main, never in main."""
     frozen_during_main = []
-    monkeypatch.setattr(cli, "main", lambda: frozen_during_main.append(gc.get_freeze_count())
-                        or 3)
+    monkeypatch.setattr(cli, "main", lambda program: frozen_during_main.append(
+        gc.get_freeze_count()) or 3)
     try:
         with pytest.raises(SystemExit) as e:
             cli.entry()
