@@ -211,20 +211,21 @@ class TorchBackend(NumpyBackend):
     def bf16_weight(self, weight: Tensor, q: np.ndarray, scale: np.ndarray) -> Any:
         """The bfloat16 form of int8 weight `weight`, made once per weight tensor (a
         constant, as for `packed`)."""
-        with self._packing:
-            hit = self._bf16_weights.get(id(weight))
-            if hit is None:
-                hit = (weight, kernels.dequantize_bf16(_as_torch(q), _as_torch(scale)))
-                self._bf16_weights[id(weight)] = hit
-        return hit[1]
+        return self._once(self._bf16_weights, weight, kernels.dequantize_bf16, q, scale)
 
     def packed(self, weight: Tensor, q: np.ndarray, scale: np.ndarray) -> Any:
         """The packed form of int8 weight `weight` (values q, per-row scales), made once
         per weight tensor: packing copies it into FBGEMM's blocked layout, so the weight
         must be a constant (a PARAM, as Whisper's are)."""
+        return self._once(self._packed, weight, kernels.pack_int8, q, scale)
+
+    def _once(self, cache: dict[int, tuple[Tensor, Any]], weight: Tensor, make: Any,
+              q: np.ndarray, scale: np.ndarray) -> Any:
+        """cache's form of `weight`, made by make(q, scale) the first time (the tensor is
+        kept beside it so its id is not reused)."""
         with self._packing:
-            hit = self._packed.get(id(weight))
+            hit = cache.get(id(weight))
             if hit is None:
-                hit = (weight, kernels.pack_int8(_as_torch(q), _as_torch(scale)))
-                self._packed[id(weight)] = hit
+                hit = (weight, make(_as_torch(q), _as_torch(scale)))
+                cache[id(weight)] = hit
         return hit[1]
