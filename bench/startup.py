@@ -72,8 +72,8 @@ def timed_load(*a, **k):
     return m
 api.load = timed_load
 main = tensorplan.cli.main
-def timed_main(argv=None):
-    rc = main(argv)
+def timed_main(argv=None, **kw):  # entry() passes program=True (older trees: nothing)
+    rc = main(argv, **kw)
     marks["done"] = time.time()
     open(os.environ["BENCH_MARKS"], "w").write(json.dumps(marks))
     return rc

@@ -218,6 +218,12 @@ def rms_norm(a: Tensor, weight: Tensor | None = None, eps: float = 1e-6, name: s
 MATMUL_PRECISIONS = ("float32", "bfloat16")
 
 
+def _check_precision(precision: str) -> None:
+    if precision not in MATMUL_PRECISIONS:
+        raise ValueError(f"product precision must be one of {', '.join(MATMUL_PRECISIONS)}, "
+                         f"got {precision!r}")
+
+
 def matmul(a: Tensor, b: Tensor, transpose_b: bool = False, name: str = "",
            precision: str = "float32") -> Tensor:
     """a (..., M, K) @ b (..., K, N), or b (..., N, K) transposed; batch axes broadcast.
@@ -226,9 +232,7 @@ def matmul(a: Tensor, b: Tensor, transpose_b: bool = False, name: str = "",
     precision "bfloat16" allows a backend to round both operands to bfloat16 and
     accumulate in float32 (a relative error near 3e-3), where its hardware multiplies
     those faster (the torch backend on CPUs with AMX); the reference kernels ignore it."""
-    if precision not in MATMUL_PRECISIONS:
-        raise ValueError(f"matmul precision must be one of {', '.join(MATMUL_PRECISIONS)}, "
-                         f"got {precision!r}")
+    _check_precision(precision)
     if a.ndim < 2 or b.ndim < 2:
         raise ValueError(f"matmul needs 2-D or more operands, got {a.shape} and {b.shape}")
     m, k = a.shape[-2:]
@@ -248,18 +252,23 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, name: str = ""
     return add(y, bias, name=name) if bias is not None else y
 
 
-def qmatmul(a: Tensor, q: Tensor, scale: Tensor, name: str = "") -> Tensor:
+def qmatmul(a: Tensor, q: Tensor, scale: Tensor, name: str = "",
+            precision: str = "float32") -> Tensor:
     """a (..., M, K) @ (q * scale[:, None]).T: q (N, K) an int8 weight in PyTorch's
     (out, in) layout, scale (N,) its per-row float32 scales. The float32 result is that
     of the dequantized weight; a backend may also quantize `a` per call (the torch one
-    does, as CTranslate2's int8 does), which adds its own rounding."""
+    does, as CTranslate2's int8 does), which adds its own rounding. precision "bfloat16"
+    allows a backend to multiply `a` and the dequantized weight in bfloat16 instead (as
+    for matmul)."""
+    _check_precision(precision)
     if a.ndim < 2 or q.ndim != 2 or q.dtype != dt.int8:
         raise ValueError(f"qmatmul needs a (..., M, K) and an int8 (N, K), got {a.shape}, "
                          f"{q.dtype} {q.shape}")
     if a.shape[-1] != q.shape[1]:
         raise ValueError(f"qmatmul: inner dims differ: {a.shape} @ {q.shape}^T")
     _check_vector(scale, q.shape[0], "qmatmul scale")
-    return _node(QMATMUL, (*a.shape[:-1], q.shape[0]), a.dtype, (a, q, scale), name)
+    hint = {} if precision == "float32" else {"precision": precision}
+    return _node(QMATMUL, (*a.shape[:-1], q.shape[0]), a.dtype, (a, q, scale), name, **hint)
 
 
 def im2col(x: Tensor, kernel: int, stride: int = 1, padding: int = 0, name: str = "") -> Tensor:

@@ -82,7 +82,7 @@ class TorchProgram(NumpyProgram):
             params["_bf16"] = self.backend.bf16_weight(n.srcs[1], srcs[1], srcs[2])
         elif name == "qmatmul":
             params["_packed"] = self.backend.packed(n.srcs[1], srcs[1], srcs[2])
-        elif name == "matmul" and n.params.get("precision") == "bfloat16" and self._bf16(n):
+        elif name == "matmul" and self._bf16(n):
             kernel = kernels.matmul_bf16
         # a product's work is its operands' size, not its result's (attention over 1,500
         # cross keys yields 64 values per head from a 1,500 x 64 block of each)
@@ -92,19 +92,9 @@ class TorchProgram(NumpyProgram):
 
 
     def _bf16(self, n: Tensor) -> bool:
-        """Whether product n runs in bfloat16: the backend's bf16_products, and enough
-        rows to repay the conversions (a decoder step's few rows stay on FBGEMM's int8,
-        which reads a quarter of float32's weight bytes where bfloat16 reads half)."""
-        return self.backend.bf16_products and _rows(n) >= BF16_MIN_ROWS
-
-
-# Products of fewer rows keep their float32 or int8 kernels under bf16_products. The
-# encoder's (1500 rows) and the cross K/V's are above; a decoder step's (a batch of
-# beams) and a prompt's (at most 224 tokens) are below, so their int8 weights get no
-# bfloat16 copy (the logits' alone would be 40 MB for tiny.en). FBGEMM's int8 is faster
-# at a decoder step's sizes anyway: the logits product (R x 384 by 384 x 51864) took
-# 1.1 / 3.9 / 8.4 ms at R = 8 / 40 / 64 rows against bfloat16's 2.2 / 6.8 / 7.6.
-BF16_MIN_ROWS = 256
+        """Whether product n runs in bfloat16: its precision allows it (graphs mark the
+        products that may) and the backend's bf16_products."""
+        return n.params.get("precision") == "bfloat16" and self.backend.bf16_products
 
 
 # Nodes smaller than this run PyTorch on one thread. PyTorch splits even a 1536-element
@@ -146,7 +136,7 @@ def _attends_contiguously(n: Tensor) -> bool:
     Rapids: 0.51 against 0.85 ms, 1.06 against 3.99). A strided one (the self-attention
     cache split into heads) PyTorch copies whole first, so it stays on numpy."""
     b = n.srcs[1]
-    return n.ndim >= 3 and b.dtype.name == "float32" and b.strides == contiguous_strides(
+    return b.ndim >= 3 and b.dtype.name == "float32" and b.strides == contiguous_strides(
         b.shape, b.dtype.itemsize)
 
 
@@ -195,9 +185,9 @@ class TorchBackend(NumpyBackend):
 
     @property
     def bf16_products(self) -> bool:
-        """Whether products of many rows may run in bfloat16: int8 weights' products
-        (qmatmul) and matmuls whose precision allows it. Default: where the CPU has AMX.
-        Float32 matmuls without that hint always stay float32."""
+        """Whether products whose precision allows it (the int8 encoder's and cross
+        K/V's, whisper/planned/graphs.py) run in bfloat16. Default: where the CPU has AMX.
+        Products without that hint always keep their float32 or int8 kernels."""
         if self._bf16_choice is None:
             self._bf16_choice = load_torch() is not None and kernels.bf16_products()
         return self._bf16_choice

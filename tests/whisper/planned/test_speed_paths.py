@@ -163,15 +163,21 @@ def test_the_numpy_backend_never_imports_torch():
     assert out[-1] == "False"
 
 
-def test_only_an_int8_encoder_allows_its_attention_in_bfloat16(tiny_model_factory):
-    """The hint the torch backend honours on AMX CPUs: the int8 encoder's attention
-    products; float32 keeps every product float32."""
-    for compute, want in (("float32", set()), ("int8", {"bfloat16"})):
+def test_only_an_int8_models_window_products_allow_bfloat16(tiny_model_factory):
+    """The hint the torch backend honours on AMX CPUs: the int8 encoder's products (its
+    attention's too) and the cross K/V's, never a decoder's, whose kernel must not depend
+    on how many windows share its batch; float32 keeps every product float32."""
+    for compute in ("float32", "int8"):
         model = tiny_model_factory("joint", backend="numpy", compute_type=compute).model
-        graph = model.pipeline.stages["encoder"].graph
-        products = [n for n in graph.nodes if n.op is not None and n.op.name == "matmul"]
-        attention = [n for n in products if "/scores" in n.name or "/head" in n.name]
-        assert len(attention) == 2 * model.dims.n_audio_head * model.dims.n_audio_layer
-        assert {n.params.get("precision") for n in attention} - {None} == want
-        others = [n for n in products if n not in attention]
-        assert all("precision" not in n.params for n in others)
+        for name, stage in model.pipeline.stages.items():
+            products = [n for n in stage.graph.nodes if n.op is not None
+                        and n.op.name in ("matmul", "qmatmul")]
+            hinted = {n.name for n in products if n.params.get("precision") == "bfloat16"}
+            if compute == "float32" or name not in ("encoder", "cross"):
+                assert not hinted, (compute, name, sorted(hinted)[:3])
+                continue
+            assert hinted == {n.name for n in products}, (name, products)
+        attention = [n for n in model.pipeline.stages["encoder"].graph.nodes
+                     if "/scores" in n.name or "/head" in n.name]
+        assert len([n for n in attention if n.op is not None and n.op.name == "matmul"]) == (
+            2 * model.dims.n_audio_head * model.dims.n_audio_layer)

@@ -46,19 +46,30 @@ def _merge_heads(t: Tensor, name: str) -> Tensor:
     return ops.reshape(ops.cont(ops.permute(t, (0, 2, 1, 3)), name=name), (b * n, h * dh))
 
 
+# The products that may run in bfloat16 under compute type int8: the encoder's and the
+# cross K/V's (1,500 rows a window, where a backend with AMX multiplies bfloat16 tiles
+# faster than int8: docs/usage.md). Never the decoder's: a step's few rows are faster on
+# FBGEMM's int8 (the logits product, R x 384 by 384 x 51864, took 1.1 / 3.9 / 8.4 ms at
+# R = 8 / 40 / 64 rows against bfloat16's 2.2 / 6.8 / 7.6), its weights would need
+# bfloat16 copies (the logits' alone 40 MB for tiny.en), and a step's kernel must not
+# depend on how many windows share its batch. float32 weights ignore the hint.
+WINDOW_PRECISION = "bfloat16"
+
+
 def _linear(
-    x: Tensor, p: Params, prefix: str, name: str, rows: tuple[int, int] | None = None
+    x: Tensor, p: Params, prefix: str, name: str, rows: tuple[int, int] | None = None,
+    precision: str = "float32",
 ) -> Tensor:
     """x @ W.T + b for the weights under `prefix`, or for output rows [start, start + n)
     of them (a fused weight); an int8 W (compute type int8) comes with its per-row
-    scales as f"{prefix}/weight_scale"."""
+    scales as f"{prefix}/weight_scale", and its product takes `precision` as a hint."""
     w, b = p(f"{prefix}/weight"), p(f"{prefix}/bias")
     scale = p(f"{prefix}/weight_scale") if w.dtype == dt.int8 else None
     if rows is not None:
         w, b = _rows_of(w, *rows), _rows_of(b, *rows)
         scale = _rows_of(scale, *rows) if scale is not None else None
     if scale is not None:
-        y = ops.qmatmul(x, w, scale, name=f"{name}.mm")
+        y = ops.qmatmul(x, w, scale, name=f"{name}.mm", precision=precision)
     else:
         y = ops.matmul(x, w, transpose_b=True, name=f"{name}.mm")
     return ops.add(y, b, name=name)
@@ -85,10 +96,10 @@ def _layer_norm(x: Tensor, p: Params, prefix: str) -> Tensor:
     return ops.layer_norm(x, p(f"{prefix}/gamma"), p(f"{prefix}/beta"), eps=1e-5, name=prefix)
 
 
-def _mlp(x: Tensor, p: Params, prefix: str) -> Tensor:
+def _mlp(x: Tensor, p: Params, prefix: str, precision: str = "float32") -> Tensor:
     h = _layer_norm(x, p, f"{prefix}/layer_norm")
-    h = ops.gelu(_linear(h, p, f"{prefix}/linear_0", f"{prefix}/fc1"))
-    h = _linear(h, p, f"{prefix}/linear_1", f"{prefix}/fc2")
+    h = ops.gelu(_linear(h, p, f"{prefix}/linear_0", f"{prefix}/fc1", precision=precision))
+    h = _linear(h, p, f"{prefix}/linear_1", f"{prefix}/fc2", precision=precision)
     return ops.add(x, h, name=f"{prefix}/residual")
 
 
@@ -120,8 +131,9 @@ def _encoder_attention(h: Tensor, p: Params, prefix: str, n_head: int) -> Tensor
     the int8 encoder's time (99 of 298 ms a window, tiny.en, 2 cores; docs/usage.md)."""
     n_ctx, d = h.shape
     dh = d // n_head
-    precision = "bfloat16" if p(f"{prefix}/linear_0/weight").dtype == dt.int8 else "float32"
-    qkv = _linear(h, p, f"{prefix}/linear_0", f"{prefix}/qkv")  # (A, 3d)
+    int8 = p(f"{prefix}/linear_0/weight").dtype == dt.int8
+    precision = WINDOW_PRECISION if int8 else "float32"
+    qkv = _linear(h, p, f"{prefix}/linear_0", f"{prefix}/qkv", precision=precision)  # (A, 3d)
     heads = []
     for i in range(n_head):
         q = _columns(qkv, i * dh, dh)
@@ -132,7 +144,7 @@ def _encoder_attention(h: Tensor, p: Params, prefix: str, n_head: int) -> Tensor
         probs = ops.softmax(scores, scale=dh**-0.5)
         heads.append(ops.matmul(probs, v, name=f"{prefix}/head{i}", precision=precision))
     o = ops.concat(heads, axis=1, name=f"{prefix}/heads")  # (A, d)
-    return _linear(o, p, f"{prefix}/linear_1", f"{prefix}/out")
+    return _linear(o, p, f"{prefix}/linear_1", f"{prefix}/out", precision=precision)
 
 
 def build_encoder(p: Params, dims: Dims, x: Tensor) -> Tensor:
@@ -142,7 +154,7 @@ def build_encoder(p: Params, dims: Dims, x: Tensor) -> Tensor:
         h = _layer_norm(x, p, f"{prefix}/self_attention/layer_norm")
         h = _encoder_attention(h, p, f"{prefix}/self_attention", dims.n_audio_head)
         x = ops.add(x, h, name=f"{prefix}/attn_residual")
-        x = _mlp(x, p, f"{prefix}/ffn")
+        x = _mlp(x, p, f"{prefix}/ffn", WINDOW_PRECISION)
     return _layer_norm(x, p, "encoder/layer_norm")
 
 
@@ -163,7 +175,8 @@ def build_cross(
         pair = []
         for part, rows in (("k", (0, d)), ("v", (d, d))):
             name = f"cross_{part}{i}"
-            heads = _by_head(_linear(enc, p, prefix, f"{name}.rows", rows=rows), n_head)
+            heads = _by_head(_linear(enc, p, prefix, f"{name}.rows", rows=rows,
+                                     precision=WINDOW_PRECISION), n_head)
             pair.append(ops.cont(heads, name=name) if kv_dtype == heads.dtype
                         else ops.cast(heads, kv_dtype, name))
         kv.append((pair[0], pair[1]))
