@@ -296,6 +296,27 @@ def sqrt_of_a_residue(graph: Graph, values: dict[Tensor, np.ndarray]) -> bool:
     return False
 
 
+def norm_of_a_residue(graph: Graph, values: dict[Tensor, np.ndarray]) -> bool:
+    """Whether some rms_norm or layer_norm divides a row by a spread under 1% of the
+    graph's largest value: the row is then rounding left over by cancellation, and the
+    norm scales float32's rounding of it by 1 / sqrt(spread^2 + eps) (a one-element
+    rms_norm of a 9e-6 residue: -0.00906 against -0.00935; hypothesis found it)."""
+    scale = max((float(np.abs(v[np.isfinite(v)]).max(initial=0.0)) for v in values.values()),
+                default=0.0)
+    for t in graph.nodes:
+        if t.op is None or t.op.name not in ("rms_norm", "layer_norm"):
+            continue
+        x = values[t.srcs[0]].astype(np.float64)
+        if not np.isfinite(x).all():
+            continue
+        if t.op.name == "layer_norm":
+            x = x - x.mean(axis=-1, keepdims=True)
+        spread = np.sqrt((x * x).mean(axis=-1) + float(t.params.get("eps", 0.0)))
+        if np.any(spread <= 1e-2 * (1.0 + scale)):
+            return True
+    return False
+
+
 @pytest.mark.parametrize("backend_name", sorted(BACKENDS))
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -332,7 +353,8 @@ def check_planned_run(backend_name: str, strategy: str, data: st.DataObject) -> 
         rng = np.random.default_rng(run)
         inputs = {t: f(rng) for t, f in builder.samplers.items() if t in set(graph.leafs)}
         want = evaluate(graph, inputs, read=backend.get)
-        if not exact and (argmax_near_tie(graph, want) or sqrt_of_a_residue(graph, want)):
+        if not exact and (argmax_near_tie(graph, want) or sqrt_of_a_residue(graph, want)
+                          or norm_of_a_residue(graph, want)):
             reject()
         for t, value in inputs.items():
             backend.set(t, value)
