@@ -218,10 +218,12 @@ def rms_norm(a: Tensor, weight: Tensor | None = None, eps: float = 1e-6, name: s
 MATMUL_PRECISIONS = ("float32", "bfloat16")
 
 
-def _check_precision(precision: str) -> None:
+def _precision_hint(precision: str) -> dict[str, str]:
+    """A product's node params for `precision` (none for the float32 default)."""
     if precision not in MATMUL_PRECISIONS:
         raise ValueError(f"product precision must be one of {', '.join(MATMUL_PRECISIONS)}, "
                          f"got {precision!r}")
+    return {} if precision == "float32" else {"precision": precision}
 
 
 def matmul(a: Tensor, b: Tensor, transpose_b: bool = False, name: str = "",
@@ -229,10 +231,11 @@ def matmul(a: Tensor, b: Tensor, transpose_b: bool = False, name: str = "",
     """a (..., M, K) @ b (..., K, N), or b (..., N, K) transposed; batch axes broadcast.
     The result takes a's dtype (a float16 weight as b is widened by the backend).
 
-    precision "bfloat16" allows a backend to round both operands to bfloat16 and
-    accumulate in float32 (a relative error near 3e-3), where its hardware multiplies
-    those faster (the torch backend on CPUs with AMX); the reference kernels ignore it."""
-    _check_precision(precision)
+    precision "bfloat16" allows a backend to round both operands and the result to
+    bfloat16, summing in float32 (a relative error near 3e-3), where its hardware
+    multiplies those faster (the torch backend on CPUs with AMX); the reference kernels
+    ignore it."""
+    hint = _precision_hint(precision)
     if a.ndim < 2 or b.ndim < 2:
         raise ValueError(f"matmul needs 2-D or more operands, got {a.shape} and {b.shape}")
     m, k = a.shape[-2:]
@@ -242,7 +245,6 @@ def matmul(a: Tensor, b: Tensor, transpose_b: bool = False, name: str = "",
             f"matmul: inner dims differ: {a.shape} @ {b.shape} (transpose_b={transpose_b})"
         )
     batch = broadcast_shape(a.shape[:-2], b.shape[:-2])
-    hint = {} if precision == "float32" else {"precision": precision}
     return _node(MATMUL, (*batch, m, n), a.dtype, (a, b), name, transpose_b=transpose_b, **hint)
 
 
@@ -260,14 +262,13 @@ def qmatmul(a: Tensor, q: Tensor, scale: Tensor, name: str = "",
     does, as CTranslate2's int8 does), which adds its own rounding. precision "bfloat16"
     allows a backend to multiply `a` and the dequantized weight in bfloat16 instead (as
     for matmul)."""
-    _check_precision(precision)
+    hint = _precision_hint(precision)
     if a.ndim < 2 or q.ndim != 2 or q.dtype != dt.int8:
         raise ValueError(f"qmatmul needs a (..., M, K) and an int8 (N, K), got {a.shape}, "
                          f"{q.dtype} {q.shape}")
     if a.shape[-1] != q.shape[1]:
         raise ValueError(f"qmatmul: inner dims differ: {a.shape} @ {q.shape}^T")
     _check_vector(scale, q.shape[0], "qmatmul scale")
-    hint = {} if precision == "float32" else {"precision": precision}
     return _node(QMATMUL, (*a.shape[:-1], q.shape[0]), a.dtype, (a, q, scale), name, **hint)
 
 

@@ -1,6 +1,6 @@
-"""bfloat16 products on the torch backend: int8 weights' products of many rows and matmuls
-whose precision allows it run in bfloat16 where the backend chooses to (CPUs with AMX, or
-forced here); everything else keeps its float32 or int8 kernel."""
+"""bfloat16 products on the torch backend: products whose precision allows it (int8
+weights' and float32 operands' alike) run in bfloat16 where the backend chooses to (CPUs
+with AMX, or forced here); everything else keeps its float32 or int8 kernel."""
 
 from __future__ import annotations
 

@@ -90,7 +90,6 @@ class TorchProgram(NumpyProgram):
         threads = pools.count() if work >= PARALLEL_MIN else 1
         return _on_threads(kernel, threads), _as_torch(out), [_as_torch(s) for s in srcs], params
 
-
     def _bf16(self, n: Tensor) -> bool:
         """Whether product n runs in bfloat16: its precision allows it (graphs mark the
         products that may) and the backend's bf16_products."""
@@ -134,10 +133,10 @@ def _attends_contiguously(n: Tensor) -> bool:
     multiplies it in place, 1.7x numpy's speed for one query row per head and 3.8x for
     five (8 windows x 6 heads x 1,500 keys, measured on this project's 2-core Sapphire
     Rapids: 0.51 against 0.85 ms, 1.06 against 3.99). A strided one (the self-attention
-    cache split into heads) PyTorch copies whole first, so it stays on numpy."""
+    cache split into heads) PyTorch copies whole first, so it stays on numpy. (Other dtypes
+    than float32 go to numpy before this is asked: _takes.)"""
     b = n.srcs[1]
-    return b.ndim >= 3 and b.dtype.name == "float32" and b.strides == contiguous_strides(
-        b.shape, b.dtype.itemsize)
+    return b.ndim >= 3 and b.strides == contiguous_strides(b.shape, b.dtype.itemsize)
 
 
 def _rows(n: Tensor) -> int:
@@ -171,8 +170,8 @@ class TorchBackend(NumpyBackend):
         super().__init__(buffer_type)
         self.min_matmul_rows = min_matmul_rows
         self._bf16_choice = bf16  # None: where the CPU has AMX, decided once torch is loaded
-        # bfloat16 copies of int8 weights for many-row products: id(weight) -> (the tensor,
-        # its copy), as _packed
+        # bfloat16 copies of int8 weights whose products allow bfloat16: id(weight) -> (the
+        # tensor, its copy), as _packed
         self._bf16_weights: dict[int, tuple[Tensor, Any]] = {}
         # FBGEMM-packed int8 weights, shared by every graph: id(weight tensor) -> (the
         # tensor, kept so its id is not reused, and its packed form)
@@ -189,7 +188,8 @@ class TorchBackend(NumpyBackend):
         K/V's, whisper/planned/graphs.py) run in bfloat16. Default: where the CPU has AMX.
         Products without that hint always keep their float32 or int8 kernels."""
         if self._bf16_choice is None:
-            self._bf16_choice = load_torch() is not None and kernels.bf16_products()
+            load_torch()  # the kernels module, and PyTorch's probe of the CPU
+            self._bf16_choice = kernels.bf16_products()
         return self._bf16_choice
 
     @property

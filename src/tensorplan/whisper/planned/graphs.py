@@ -131,9 +131,11 @@ def _encoder_attention(h: Tensor, p: Params, prefix: str, n_head: int) -> Tensor
     the int8 encoder's time (99 of 298 ms a window, tiny.en, 2 cores; docs/usage.md)."""
     n_ctx, d = h.shape
     dh = d // n_head
+    # the projections' hint applies to int8 weights only (_linear); the attention's
+    # products have no weight, so they ask the projection's dtype
     int8 = p(f"{prefix}/linear_0/weight").dtype == dt.int8
     precision = WINDOW_PRECISION if int8 else "float32"
-    qkv = _linear(h, p, f"{prefix}/linear_0", f"{prefix}/qkv", precision=precision)  # (A, 3d)
+    qkv = _linear(h, p, f"{prefix}/linear_0", f"{prefix}/qkv", precision=WINDOW_PRECISION)
     heads = []
     for i in range(n_head):
         q = _columns(qkv, i * dh, dh)
@@ -144,7 +146,7 @@ def _encoder_attention(h: Tensor, p: Params, prefix: str, n_head: int) -> Tensor
         probs = ops.softmax(scores, scale=dh**-0.5)
         heads.append(ops.matmul(probs, v, name=f"{prefix}/head{i}", precision=precision))
     o = ops.concat(heads, axis=1, name=f"{prefix}/heads")  # (A, d)
-    return _linear(o, p, f"{prefix}/linear_1", f"{prefix}/out", precision=precision)
+    return _linear(o, p, f"{prefix}/linear_1", f"{prefix}/out", precision=WINDOW_PRECISION)
 
 
 def build_encoder(p: Params, dims: Dims, x: Tensor) -> Tensor:
