@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 
 def cores() -> int:
@@ -13,6 +15,30 @@ def cores() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # not Linux
         return max(1, os.cpu_count() or 1)
+
+
+_here = threading.local()  # this OS thread's share: a function giving how many run at once
+
+
+@contextmanager
+def shared_by(running: Callable[[], int]) -> Iterator[None]:
+    """Inside this, this OS thread's work shares the cores with running() threads (itself
+    included), read as it goes: the backends that can (PyTorch's CPU kernels) compute on
+    cores // running() threads, so a share follows as others start and finish. For work
+    whose numerics may depend on its thread count, or do not (backends/threads.py)."""
+    before = getattr(_here, "running", None)
+    _here.running = running
+    try:
+        yield
+    finally:
+        _here.running = before
+
+
+def running_beside() -> int:
+    """How many threads share the cores with this one, itself included (1 outside
+    shared_by)."""
+    running = getattr(_here, "running", None)
+    return 1 if running is None else max(1, int(running()))
 
 
 def return_free_memory() -> None:

@@ -6,6 +6,7 @@ Nothing here is timed: the speed of each setting is measured in bench/concurrenc
 from __future__ import annotations
 
 import importlib.util
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 from threadpoolctl import threadpool_info
 
 from tensorplan.backends import threads
+from tensorplan.machine import shared_by
 
 
 @pytest.fixture(autouse=True)
@@ -68,13 +70,6 @@ def test_no_loadavg_means_every_core(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert threads.configure(None) == 4
 
 
-def test_small_pools_keep_their_default_unless_threads_are_set() -> None:
-    threads.configure(None)
-    assert threads.for_pool(1) == 1
-    threads.configure(3)
-    assert threads.for_pool(1) == 3
-
-
 def test_torch_backend_sets_torchs_pool() -> None:
     torch = pytest.importorskip("torch")
     from tensorplan.backends.torch_cpu import TorchBackend
@@ -86,20 +81,57 @@ def test_torch_backend_sets_torchs_pool() -> None:
     assert torch.get_num_threads() == 2
 
 
-def test_vad_session_takes_the_setting() -> None:
+def test_vad_session_keeps_one_thread_whatever_the_setting() -> None:
+    """Silero's windows are tiny and sequential: a second onnxruntime thread was no faster
+    and spun on a core the decoders need (vad.py has the figures)."""
     if importlib.util.find_spec("onnxruntime") is None:
         pytest.skip("onnxruntime is not installed")
     from tensorplan.whisper.audio import vad
 
+    threads.configure(2)
     try:
-        threads.configure(None)
-        default = vad.load_vad_model()
-        threads.configure(2)
-        two = vad.load_vad_model()
+        model = vad.load_vad_model()
     except vad.UserError as e:  # silero-vad's model missing
         pytest.skip(str(e))
-    assert default.session.get_session_options().intra_op_num_threads == 1
-    assert two.session.get_session_options().intra_op_num_threads == 2
+    assert model.session.get_session_options().intra_op_num_threads == 1
+
+
+def test_a_shared_thread_computes_on_its_part_of_the_cores() -> None:
+    """Inside shared_by, a kernel's count is count() // running, read at each kernel (so
+    it follows as others start and finish), at least one; elsewhere it is unchanged."""
+    threads.configure(4)
+    running = [2]
+    assert threads.share(4) == 4
+    with shared_by(lambda: running[0]):
+        assert threads.share(4) == 2
+        assert threads.share(1) == 1  # a small node's one thread stays one
+        running[0] = 3
+        assert threads.share(4) == 1
+        running[0] = 9
+        assert threads.share(4) == 1
+        running[0] = 1
+        assert threads.share(4) == 4
+        seen: list[int] = []
+        other = threading.Thread(target=lambda: seen.append(threads.share(4)))
+        other.start()
+        other.join()
+        assert seen == [4]  # another OS thread is not inside this one's share
+    assert threads.share(4) == 4
+
+
+def test_torch_kernels_take_the_shared_count() -> None:
+    torch = pytest.importorskip("torch")
+    from tensorplan.backends.torch_cpu import _on_threads, load_torch
+
+    load_torch()
+    threads.configure(2)
+    ran: list[int] = []
+    kernel = _on_threads(lambda out, srcs, params: ran.append(torch.get_num_threads()), 2)
+    kernel(None, [], {})
+    with shared_by(lambda: 2):
+        kernel(None, [], {})
+    kernel(None, [], {})
+    assert ran == [2, 1, 2]
 
 
 def test_load_model_threads_reach_every_pool() -> None:

@@ -646,3 +646,57 @@ def test_the_engine_serves_streams_round_robin(model: Any, jfk: np.ndarray) -> N
     first = order[:6]
     assert sorted(first[:3]) == [0, 1, 2] and sorted(first[3:6]) == [0, 1, 2], order
     assert engine.stats()["live_decodes"] >= 6
+
+
+def test_updates_running_at_once_split_the_cores(model: Any, jfk: np.ndarray) -> None:
+    """Two workers updating two streams at once compute on one core each (of 2); a lone
+    update on both."""
+    from tensorplan.backends import threads
+
+    met = threading.Barrier(2, timeout=60)
+    shares: list[tuple[str, int]] = []
+
+    class Watched:
+        def __init__(self, session: Any) -> None:
+            self.session = session
+
+        def transcribe(self, *args: Any, **kwargs: Any) -> Any:
+            if met.n_waiting < 2 and not met.broken and len(shares) < 2:
+                met.wait()  # the first two updates meet here: both are running
+                shares.append(("together", threads.share(2)))
+            else:
+                shares.append(("later", threads.share(2)))
+            return self.session.transcribe(*args, **kwargs)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.session, name)
+
+    sessions = [model.session(), model.session()]
+    free = list(sessions)
+    lock = threading.Lock()
+
+    @contextmanager
+    def lend() -> Iterator[Any]:
+        with lock:
+            s = free.pop()
+        try:
+            yield Watched(s)
+        finally:
+            with lock:
+                free.append(s)
+
+    threads.configure(2)
+    engine = LiveEngine(lend, workers=2)
+    try:
+        streams = [engine.open(GREEDY, None, lambda events: None) for _ in range(2)]
+        for s in streams:
+            s.append(jfk[: 16000 * 3])
+        while len(shares) < 2:
+            threading.Event().wait(0.05)
+    finally:
+        engine.shutdown()
+        threads.configure(None)
+        for s in sessions:
+            s.close()
+    assert shares[:2] == [("together", 1), ("together", 1)], shares
+    assert threads.share(2) == 2  # outside an update: unchanged

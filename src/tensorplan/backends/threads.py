@@ -1,14 +1,19 @@
 """CPU thread pools in one place: how many threads each pool uses.
 
-`configure(n)` sets the count every pool uses (OpenBLAS through threadpoolctl, PyTorch's
-intra-op pool, onnxruntime's sessions through `for_pool`). None adapts to the machine: this
+`configure(n)` sets the count the compute pools use (OpenBLAS through threadpoolctl,
+PyTorch's intra-op pool). None adapts to the machine: this
 process's cores less the other processes running at that moment (`idle_cores`). Two
 tensorplan processes on 2 cores each took 2-15x their lone time with a thread per core
 (every product's workers waiting on a core the other process held), 1.7 s each with one.
 
 Every BLAS product runs on the configured count (`for_product`): a product's rounding
 depends on OpenBLAS's count, which is one setting per process, so changing it per product
-made sessions on several threads differ from a lone run.
+made sessions on several threads differ from a lone run. (onnxruntime's Silero VAD keeps
+one thread whatever the count: whisper/audio/vad.py says why.)
+
+PyTorch's count is per OS thread, so work running side by side may split the cores
+between them (machine.shared_by): each of k such threads computes on count() // k of
+them (`share`).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from tensorplan.machine import cores
+from tensorplan.machine import cores, running_beside
 
 LOADAVG = "/proc/loadavg"  # Linux: its 4th field is "runnable/all" tasks
 
@@ -52,11 +57,14 @@ def count() -> int:
     return int(_state["idle"])
 
 
-def for_pool(default: int) -> int:
-    """Threads for a pool whose own measured best is `default` (onnxruntime's VAD: 1): the
-    configured count when one was set, else `default`, never more than `count()`."""
-    n = _state.get("threads")
-    return int(n) if n else min(default, count())
+def share(threads: int) -> int:
+    """`threads`, less than that inside machine.shared_by: this thread's part of count().
+    Read at each PyTorch kernel. OpenBLAS's count is one per process (for_product), so
+    it does not follow."""
+    running = running_beside()
+    if running <= 1 or threads <= 1:
+        return threads
+    return max(1, min(threads, count() // running))
 
 
 def configure(n: int | None) -> int:

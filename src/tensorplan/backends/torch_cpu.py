@@ -110,9 +110,10 @@ def _on_threads(kernel: Any, n: int) -> Any:
     """kernel, run with PyTorch's intra-op thread count set to n (0.2 us per change)."""
 
     def run(out: Any, srcs: Any, params: Any) -> None:
-        if getattr(_threads_now, "n", 0) != n:
-            torch.set_num_threads(n)
-            _threads_now.n = n
+        want = pools.share(n)  # fewer while this thread shares the cores (live updates)
+        if getattr(_threads_now, "n", 0) != want:
+            torch.set_num_threads(want)
+            _threads_now.n = want
         kernel(out, srcs, params)
 
     return run
@@ -160,6 +161,8 @@ class TorchBackend(NumpyBackend):
 
     min_matmul_rows: products with fewer output rows run numpy's kernel (0: none do).
     """
+
+    shares_cores = True  # PyTorch's thread count is per OS thread (_on_threads)
 
     def __init__(
         self, buffer_type: NumpyBufferType | None = None, min_matmul_rows: int = MIN_MATMUL_ROWS,

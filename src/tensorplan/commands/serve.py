@@ -17,6 +17,7 @@ DEFAULT_PORT = 8000
 
 def register(sub: Any) -> None:
     from tensorplan.serve import limits
+    from tensorplan.serve.threads import MAX_LIVE_SESSIONS
     from tensorplan.whisper.flags import add_arguments
     from tensorplan.whisper.limits import DEFAULT_MAX_AUDIO_SECONDS
     from tensorplan.whisper.options import TranscribeOptions
@@ -35,8 +36,10 @@ def register(sub: Any) -> None:
     server.add_argument("--port", type=int, default=DEFAULT_PORT,
                         help=f"TCP port (default: {DEFAULT_PORT})")
     server.add_argument("--sessions", type=int, default=None, metavar="N",
-                        help="transcriptions run at once, each a session of the one model "
-                        "(default: cores / 2, at least 1; docs/serve.md says why)")
+                        help="sessions of the one model: requests run at once on them "
+                        "without the step engine (default: cores / 2, at least 1), live "
+                        "updates with it (default: the cores, at most "
+                        f"{MAX_LIVE_SESSIONS}); docs/serve.md says why")
     server.add_argument("--engine-windows", type=int, default=None, metavar="N",
                         help="requests decoded together by the step engine, their decoding "
                         "steps batched into one pass (default: "
@@ -71,7 +74,8 @@ def register(sub: Any) -> None:
     server.add_argument("--keep-alive-timeout", type=float, default=limits.KEEP_ALIVE_S,
                         metavar="S", help="seconds an idle connection stays open between "
                         f"requests (default: {limits.KEEP_ALIVE_S:g})")
-    models = p.add_argument_group("model", "--threads is per session here (none: cores / N)")
+    models = p.add_argument_group("model", "--threads: the step engine's, or each session's "
+                                  "without it (none: the cores, or cores / N)")
     add_model_arguments(models, p.add_argument_group("memory planning"))
     add_arguments(p.add_argument_group("decoding defaults (a request's form fields override)"),
                   TranscribeOptions, exclude=("task",))
@@ -83,15 +87,16 @@ def run(args: argparse.Namespace) -> int:
     from tensorplan.serve.config import ServeConfig
     from tensorplan.serve.limits import DEFAULT_ENGINE_WINDOWS
     from tensorplan.serve.server import serve
-    from tensorplan.serve.threads import default_sessions, per_session
+    from tensorplan.serve.threads import default_sessions, threads_for
     from tensorplan.whisper.api import load
     from tensorplan.whisper.flags import from_args
     from tensorplan.whisper.options import TranscribeOptions
     from tensorplan.whisper.planned.load_options import model_options_from_args
 
-    sessions = default_sessions(cores()) if args.sessions is None else args.sessions
+    engine = args.engine_windows != 0  # requests decode on the step engine, not sessions
+    sessions = default_sessions(cores(), engine) if args.sessions is None else args.sessions
     check_settings(args, sessions)
-    threads = args.threads or per_session(sessions)
+    threads = args.threads or threads_for(sessions, engine)
     model_options = model_options_from_args(args, threads=threads)
     config = ServeConfig(
         model=model_options.model,
@@ -99,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
         engine_windows=DEFAULT_ENGINE_WINDOWS if args.engine_windows is None
         else args.engine_windows,
         engine_memory_mb=args.engine_memory_mb,
-        threads_per_session=threads,
+        threads=threads,
         api_key=args.api_key or None,
         max_upload_bytes=int(args.max_upload_mb * (1 << 20)),
         max_queue=args.max_queue,

@@ -74,9 +74,10 @@ class ServerState:
             # last: /ready answers 200 once the scheduler is set, and a realtime connection
             # made the moment after must find the live engine and the model there too
             self.scheduler = scheduler
-            log.warning("tensorplan serve: %s ready, %d session(s) x %d thread(s), "
-                        "%.0f MiB each", self.config.model, self.config.sessions,
-                        self.config.threads_per_session, pool.session_bytes / 2**20)
+            use = "for live updates, sharing" if engine is not None else "x"
+            log.warning("tensorplan serve: %s ready, %d session(s) %s %d thread(s), "
+                        "%.0f MiB each", self.config.model, self.config.sessions, use,
+                        self.config.threads, pool.session_bytes / 2**20)
             if engine is not None:
                 log.warning("tensorplan serve: step engine, %d requests decode together, "
                             "%.0f MiB held", engine.windows, engine.nbytes / 2**20)

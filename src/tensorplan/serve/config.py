@@ -24,7 +24,7 @@ class ServeConfig:
     engine_windows: int = DEFAULT_ENGINE_WINDOWS  # decoding together on the step engine (0: off)
     # instead of engine_windows: the most windows whose planned engine fits this many MiB
     engine_memory_mb: float | None = None
-    threads_per_session: int = 1
+    threads: int = 1  # the process's pools: each session's, or the engine's (serve/threads.py)
     api_key: str | None = field(default=None, repr=False)  # never printed
     max_upload_bytes: int = 100 << 20
     max_queue: int = 64
