@@ -24,7 +24,7 @@ ALLOWED = {
     "backends": {"backends", "alloc", "tensor", "dtype", "graph", "ops", "errors", "machine"},
     "pipeline": {"alloc", "tensor", "dtype", "graph", "ops", "errors"},
     "whisper": {"whisper", "backends", "pipeline", "alloc", "tensor", "dtype", "graph", "ops",
-                "errors", "files"},
+                "errors", "files", "machine"},
     "batch": {"batch", "whisper", "errors", "files", "machine"},
     "commands": {"commands", "whisper", "batch", "alloc", "pipeline", "backends", "errors", "files",
                  "serve", "machine", "wyoming", "live"},

@@ -43,7 +43,7 @@ class EngineStream:
         self.check()
         if not self.cross:
             self.cross = self.engine.park()  # held until close(): one window at a time
-        self.engine.call(lambda: self.engine.encode(self, mel), self)
+        self.engine.encode_window(self, mel)
 
     def inference(self, n_batch: int) -> EngineInference:
         return EngineInference(self, n_batch)

@@ -109,6 +109,43 @@ def test_concurrent_requests_give_what_each_gives_alone(tiny, jfk_audio, spoken,
     assert stats["engine_steps"] < stats["engine_task_steps"]
 
 
+@pytest.fixture
+def aside(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Engines encode on a session and thread of their own (as on PyTorch's CPU kernels
+    with two cores or more; numpy's products give the same bytes either way)."""
+    from tensorplan.whisper.planned import step_engine
+
+    monkeypatch.setattr(step_engine, "encodes_aside", lambda model: True)
+
+
+def test_windows_encoded_beside_the_steps_give_what_each_gives_alone(tiny, jfk_audio, spoken,
+                                                                    alone, aside) -> None:
+    jobs = requests(jfk_audio, spoken)
+    with tiny.engine(windows=4) as engine:
+        together = run_together(engine, jobs)
+        stats = engine.stats()
+    for a, b in zip(alone, together, strict=True):
+        assert not isinstance(b, Exception), b
+        assert shape(b) == shape(a)
+    # the encoder's thread took the windows that came while it was idle, the engine's
+    # thread some that waited while it was busy
+    assert 1 <= stats["engine_encoded_aside"] <= len(jobs)
+
+
+def test_a_stream_s_next_window_encoded_aside_is_the_one_it_decodes(tiny, jfk_audio,
+                                                                   aside) -> None:
+    """A lone request of several windows: the encoder's thread is idle whenever the stream
+    asks, so it encodes every window, while the engine's own graphs (prompts, alignment)
+    still hold the stream's last one: they must take the new one."""
+    audio = np.concatenate([jfk_audio] * 3)
+    want = tiny.transcribe(audio, word_timestamps=True)
+    with tiny.engine(windows=2) as engine:
+        got = engine.transcribe(audio, word_timestamps=True)
+        stats = engine.stats()
+    assert stats["engine_encoded_aside"] >= 2
+    assert shape(got) == shape(want)
+
+
 def test_a_request_cancelled_mid_decode_leaves_the_others_alone(tiny, jfk_audio, spoken,
                                                                 alone) -> None:
     every = requests(jfk_audio, spoken)
@@ -250,12 +287,21 @@ def test_a_short_clip_behind_a_long_file_finishes_first(tiny, jfk_audio,
     assert shape(short) == shape(alone)
 
 
-def test_the_planner_says_what_an_engine_holds_before_it_exists(tiny, jfk_audio) -> None:
+@pytest.mark.parametrize("encoder_aside", [False, True])
+def test_the_planner_says_what_an_engine_holds_before_it_exists(
+        tiny, jfk_audio, encoder_aside: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """engine_bytes(windows, groups) is what the engine, once it has made and bound those
-    batches, reports holding (each buffer once), so a memory budget can be turned into
-    windows before anything is allocated."""
+    batches, reports holding (each buffer once; the encoder's session where it has one),
+    so a memory budget can be turned into windows before anything is allocated."""
     from tensorplan.whisper.options import TranscribeOptions
+    from tensorplan.whisper.planned import step_engine
 
+    monkeypatch.setattr(step_engine, "encodes_aside", lambda model: encoder_aside)
+    if encoder_aside:
+        alone = tiny.engine_bytes(3, (2,)) - tiny.model.session_bytes
+        monkeypatch.setattr(step_engine, "encodes_aside", lambda model: False)
+        assert tiny.engine_bytes(3, (2,)) == alone
+        monkeypatch.setattr(step_engine, "encodes_aside", lambda model: True)
     predicted = tiny.engine_bytes(3, (2,))
     with tiny.engine(3, prepare=(2,)) as engine:
         assert engine.nbytes == predicted - tiny.model.align_bytes  # no words aligned yet

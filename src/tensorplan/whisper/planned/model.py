@@ -125,8 +125,13 @@ class WhisperModel:
         """Bytes a step engine of `windows` windows holds once it has made the batches of
         these group sizes and aligned words: its session with the alignment graphs' own
         buffers, a window store per window, and each batch as the planner laid it out
-        (planned here if need be; nothing is allocated)."""
-        return (self.session_bytes + self.align_bytes + windows * self.window_store_bytes
+        (planned here if need be; nothing is allocated), and the encoder's session where it
+        encodes on a thread of its own (step_engine.encodes_aside)."""
+        from tensorplan.whisper.planned.step_engine import encodes_aside
+
+        sessions = 2 if encodes_aside(self) else 1  # the encoder's own, where it has one
+        return (sessions * self.session_bytes + self.align_bytes
+                + windows * self.window_store_bytes
                 + sum(self.window_batch(windows, g).nbytes for g in set(groups)))
 
     def _tensors(self, align: bool) -> list[Tensor]:
