@@ -17,28 +17,38 @@ def cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-_here = threading.local()  # this OS thread's share: a function giving how many run at once
+_here = threading.local()  # whether this OS thread is inside computing()
+_computing = [0]  # threads inside computing() now, in the whole process
+_counting = threading.Lock()
 
 
 @contextmanager
-def shared_by(running: Callable[[], int]) -> Iterator[None]:
-    """Inside this, this OS thread's work shares the cores with running() threads (itself
-    included), read as it goes: the backends that can (PyTorch's CPU kernels) compute on
-    cores // running() threads, so a share follows as others start and finish. For work
-    whose numerics may depend on its thread count, or do not (backends/threads.py)."""
-    before = getattr(_here, "running", None)
-    _here.running = running
+def computing() -> Iterator[None]:
+    """This OS thread computes now, and shares the cores with every other thread inside
+    computing() at the moment: the backends that can (PyTorch's CPU kernels, whose count
+    is per OS thread) run k such threads on cores // k each, read at each kernel, so a
+    share follows as others start and finish. A thread outside keeps the whole count.
+    (A share changes a product's rounding in the last bits: docs/engine.md.)"""
+    depth = getattr(_here, "depth", 0)
+    if depth == 0:
+        with _counting:
+            _computing[0] += 1
+    _here.depth = depth + 1
     try:
         yield
     finally:
-        _here.running = before
+        _here.depth = depth
+        if depth == 0:
+            with _counting:
+                _computing[0] -= 1
 
 
 def running_beside() -> int:
-    """How many threads share the cores with this one, itself included (1 outside
-    shared_by)."""
-    running = getattr(_here, "running", None)
-    return 1 if running is None else max(1, int(running()))
+    """How many threads share the cores with this one, itself included: those inside
+    computing() if this one is, else 1."""
+    if not getattr(_here, "depth", 0):
+        return 1
+    return max(1, _computing[0])
 
 
 def return_free_memory() -> None:

@@ -8,13 +8,14 @@ from __future__ import annotations
 import importlib.util
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from threadpoolctl import threadpool_info
 
 from tensorplan.backends import threads
-from tensorplan.machine import shared_by
+from tensorplan.machine import computing
 
 
 @pytest.fixture(autouse=True)
@@ -96,27 +97,46 @@ def test_vad_session_keeps_one_thread_whatever_the_setting() -> None:
     assert model.session.get_session_options().intra_op_num_threads == 1
 
 
-def test_a_shared_thread_computes_on_its_part_of_the_cores() -> None:
-    """Inside shared_by, a kernel's count is count() // running, read at each kernel (so
-    it follows as others start and finish), at least one; elsewhere it is unchanged."""
+@contextmanager
+def _others_computing(n: int) -> Iterator[None]:
+    """n other OS threads inside machine.computing() until the block ends."""
+    inside, leave = threading.Barrier(n + 1, timeout=30), threading.Event()
+
+    def hold() -> None:
+        with computing():
+            inside.wait()
+            leave.wait(30)
+
+    held = [threading.Thread(target=hold) for _ in range(n)]
+    for t in held:
+        t.start()
+    inside.wait()
+    try:
+        yield
+    finally:
+        leave.set()
+        for t in held:
+            t.join()
+
+
+def test_threads_computing_at_once_split_the_cores() -> None:
+    """Inside computing(), a kernel's count is count() // (threads inside it now), read
+    at each kernel, at least one; a thread outside keeps the whole count; a thread inside
+    twice counts once."""
     threads.configure(4)
-    running = [2]
     assert threads.share(4) == 4
-    with shared_by(lambda: running[0]):
-        assert threads.share(4) == 2
-        assert threads.share(1) == 1  # a small node's one thread stays one
-        running[0] = 3
-        assert threads.share(4) == 1
-        running[0] = 9
-        assert threads.share(4) == 1
-        running[0] = 1
-        assert threads.share(4) == 4
-        seen: list[int] = []
-        other = threading.Thread(target=lambda: seen.append(threads.share(4)))
-        other.start()
-        other.join()
-        assert seen == [4]  # another OS thread is not inside this one's share
-    assert threads.share(4) == 4
+    with computing():
+        assert threads.share(4) == 4  # alone
+        with computing():
+            assert threads.share(4) == 4  # nested: still one thread
+        with _others_computing(1):
+            assert threads.share(4) == 2
+            assert threads.share(1) == 1  # a small node's one thread stays one
+        with _others_computing(2):
+            assert threads.share(4) == 1
+        assert threads.share(4) == 4  # they left
+    with _others_computing(3):
+        assert threads.share(4) == 4  # this thread is not computing(): unchanged
 
 
 def test_torch_kernels_take_the_shared_count() -> None:
@@ -128,10 +148,44 @@ def test_torch_kernels_take_the_shared_count() -> None:
     ran: list[int] = []
     kernel = _on_threads(lambda out, srcs, params: ran.append(torch.get_num_threads()), 2)
     kernel(None, [], {})
-    with shared_by(lambda: 2):
+    with computing(), _others_computing(1):
         kernel(None, [], {})
     kernel(None, [], {})
     assert ran == [2, 1, 2]
+
+
+def test_a_new_thread_keeps_the_count_it_set() -> None:
+    """PyTorch sets a new OS thread's count at its first parallel op from the last count
+    any thread set: a share set before that was lost (the kernel ran on 2 of 2)."""
+    torch = pytest.importorskip("torch")
+    from tensorplan.backends.torch_cpu import _on_threads, load_torch
+
+    load_torch()
+    threads.configure(2)
+    set_here, other_set = threading.Event(), threading.Event()
+    ran: list[int] = []
+
+    def first(out: object, srcs: object, params: object) -> None:
+        set_here.set()
+        other_set.wait(30)  # another thread sets 2 before this one's first op
+        torch.ones(64).add_(1)
+        ran.append(torch.get_num_threads())
+
+    def shared() -> None:
+        with computing(), _others_computing(1):
+            _on_threads(first, 2)(None, [], {})
+
+    def other() -> None:
+        set_here.wait(30)
+        torch.set_num_threads(2)
+        other_set.set()
+
+    a, b = threading.Thread(target=shared), threading.Thread(target=other)
+    a.start()
+    b.start()
+    a.join()
+    b.join()
+    assert ran == [1]
 
 
 def test_load_model_threads_reach_every_pool() -> None:

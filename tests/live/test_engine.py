@@ -648,9 +648,12 @@ def test_the_engine_serves_streams_round_robin(model: Any, jfk: np.ndarray) -> N
     assert engine.stats()["live_decodes"] >= 6
 
 
-def test_updates_running_at_once_split_the_cores(model: Any, jfk: np.ndarray) -> None:
-    """Two workers updating two streams at once compute on one core each (of 2); a lone
-    update on both."""
+@pytest.mark.parametrize("share_cores", [True, False])
+def test_updates_running_at_once_split_the_cores(model: Any, jfk: np.ndarray,
+                                                share_cores: bool) -> None:
+    """In a server with the step engine (share_cores), two workers updating two streams at
+    once compute on one core each (of 2); without it each keeps the process's count, which
+    that server already divided between its sessions."""
     from tensorplan.backends import threads
 
     met = threading.Barrier(2, timeout=60)
@@ -686,7 +689,7 @@ def test_updates_running_at_once_split_the_cores(model: Any, jfk: np.ndarray) ->
                 free.append(s)
 
     threads.configure(2)
-    engine = LiveEngine(lend, workers=2)
+    engine = LiveEngine(lend, workers=2, share_cores=share_cores)
     try:
         streams = [engine.open(GREEDY, None, lambda events: None) for _ in range(2)]
         for s in streams:
@@ -698,5 +701,6 @@ def test_updates_running_at_once_split_the_cores(model: Any, jfk: np.ndarray) ->
         threads.configure(None)
         for s in sessions:
             s.close()
-    assert shares[:2] == [("together", 1), ("together", 1)], shares
+    each = 1 if share_cores else 2
+    assert shares[:2] == [("together", each), ("together", each)], shares
     assert threads.share(2) == 2  # outside an update: unchanged

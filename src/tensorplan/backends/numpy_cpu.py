@@ -228,7 +228,7 @@ class NumpyExecutor:
 class NumpyBackend(RunsItsOwn):
     _own: NumpyExecutor
     # Whether two OS threads computing at once each run on their part of the cores
-    # (machine.shared_by). Not here: OpenBLAS has one pool per process, and a second
+    # (machine.computing). Not here: OpenBLAS has one pool per process, and a second
     # thread's products waited on it (the step engine's encoder beside its decoder steps,
     # tiny.en float32, 8 clients: 0.97-1.10 of the sequential ceiling against 1.16 without)
     shares_cores = False

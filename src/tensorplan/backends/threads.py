@@ -12,7 +12,7 @@ made sessions on several threads differ from a lone run. (onnxruntime's Silero V
 one thread whatever the count: whisper/audio/vad.py says why.)
 
 PyTorch's count is per OS thread, so work running side by side may split the cores
-between them (machine.shared_by): each of k such threads computes on count() // k of
+between them (machine.computing): each of k such threads computes on count() // k of
 them (`share`).
 """
 
@@ -58,7 +58,7 @@ def count() -> int:
 
 
 def share(threads: int) -> int:
-    """`threads`, less than that inside machine.shared_by: this thread's part of count().
+    """`threads`, less than that inside machine.computing: this thread's part of count().
     Read at each PyTorch kernel. OpenBLAS's count is one per process (for_product), so
     it does not follow."""
     running = running_beside()

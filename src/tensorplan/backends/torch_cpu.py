@@ -110,8 +110,11 @@ def _on_threads(kernel: Any, n: int) -> Any:
     """kernel, run with PyTorch's intra-op thread count set to n (0.2 us per change)."""
 
     def run(out: Any, srcs: Any, params: Any) -> None:
-        want = pools.share(n)  # fewer while this thread shares the cores (live updates)
-        if getattr(_threads_now, "n", 0) != want:
+        want = pools.share(n)  # fewer while this thread shares the cores
+        now = getattr(_threads_now, "n", None)
+        if now != want:
+            if now is None:  # PyTorch sets a new OS thread's count at its first parallel
+                torch.get_num_threads()  # op, over ours: let it do so before we set it
             torch.set_num_threads(want)
             _threads_now.n = want
         kernel(out, srcs, params)

@@ -1,8 +1,9 @@
 """`tensorplan serve`: OpenAI's /v1/audio/transcriptions and /translations over HTTP.
 
 Model flags come from ModelOptions, as `tensorplan transcribe`'s do (`--threads` counts
-each session's threads here). Decoding flags (those of `tensorplan transcribe`) set the server's
-defaults; each request may override them with form fields of the same names.
+the step engine's threads here, or each session's without it). Decoding flags (those of
+`tensorplan transcribe`) set the server's defaults; each request may override them with
+form fields of the same names.
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@ A stream's state lives in its `LiveStream`; an update borrows a whisper `Session
 lender only for its decode, so 32 open streams need no more sessions than workers. Streams
 wait in a ring: a worker takes the first one with work (and not being updated by another)
 and puts it at the back, so every stream with work gets its turn before any gets two.
-Updates running at once split the cores between them (a lone one takes them all): on
-2 cores, two encoder passes of one thread each finish more windows a second than one
-pass on both.
+In a server with the step engine, updates running at once share the cores with each
+other and with the engine (a lone one takes them all): on 2 cores, two encoder passes of
+one thread each finish more windows a second than one pass on both.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from tensorplan.live.events import Event
 from tensorplan.live.options import LiveOptions, TurnDetection
 from tensorplan.live.stream import LiveStream
-from tensorplan.machine import shared_by
+from tensorplan.machine import computing
 
 log = logging.getLogger("tensorplan.live")
 
@@ -30,8 +30,14 @@ SessionLender = Callable[[], AbstractContextManager[Any]]
 
 
 class LiveEngine:
-    def __init__(self, lend: SessionLender, workers: int = 1) -> None:
+    def __init__(self, lend: SessionLender, workers: int = 1, share_cores: bool = False
+                 ) -> None:
+        """share_cores: updates share the process's cores with the other work computing
+        at the time (machine.computing), for a process whose pools have every core (a
+        server with the step engine); else each update computes on the process's count,
+        sized for its session."""
         self._lend = lend
+        self._sharing = computing if share_cores else nullcontext
         self._cond = threading.Condition()
         self._ring: deque[LiveStream] = deque()
         self._stopping = False
@@ -76,9 +82,6 @@ class LiveEngine:
         for t in self._threads:
             t.join(timeout=60)
 
-    def _running(self) -> int:
-        return self.updating
-
     def _next(self) -> LiveStream | None:
         for _ in range(len(self._ring)):
             stream = self._ring[0]
@@ -101,7 +104,7 @@ class LiveEngine:
                 self.updating += 1
             span = 0.0
             try:
-                with self._lend() as session, shared_by(self._running):
+                with self._lend() as session, self._sharing():
                     span = stream.step(session)
             except Exception as e:  # noqa: BLE001 - the stream's turn fails, not the worker
                 stream.fail(e)

@@ -70,7 +70,7 @@ class ServerState:
             engine = (model.engine(windows, prepare=(beams,))
                       if windows and hasattr(model, "engine") else None)
             scheduler = Scheduler(pool, self.config.max_queue, engine)
-            self.model, self.live = model, _live_engine(pool)
+            self.model, self.live = model, _live_engine(pool, engine is not None)
             # last: /ready answers 200 once the scheduler is set, and a realtime connection
             # made the moment after must find the live engine and the model there too
             self.scheduler = scheduler
@@ -119,10 +119,13 @@ class ServerState:
             self.scheduler.pool.close()
 
 
-def _live_engine(pool: FixedSessionPool) -> Any:
+def _live_engine(pool: FixedSessionPool, share_cores: bool) -> Any:
+    """Updates borrow the pool's sessions. With the step engine the process's pools have
+    every core (serve/threads.py), and updates share them with the engine's work; without
+    it each session's count is already its part."""
     from tensorplan.live import LiveEngine
 
-    return LiveEngine(pool.session, workers=pool.size)  # updates borrow the pool's sessions
+    return LiveEngine(pool.session, workers=pool.size, share_cores=share_cores)
 
 
 def create_app(config: ServeConfig, load: Callable[[], Any]) -> Starlette:

@@ -7,17 +7,18 @@ PyTorch's OpenMP count is per OS thread, and the torch backend sets it per kerne
 thread that runs it).
 
 With the step engine, requests decode on its one thread, which computes on every core,
-and the sessions serve only live updates (/v1/realtime). Those split the cores while they
-run at once (tensorplan.live's engine: k updates, cores // k PyTorch threads each; a lone
-one takes them all), so there is one session per core, up to MAX_LIVE_SESSIONS.
+and the sessions serve only live updates (/v1/realtime). The threads computing at once
+(the engine's, its encoder's, live updates, batched long files) split the cores
+(machine.computing: k of them, cores // k PyTorch threads each; a lone one takes them
+all), so there is one session per core, up to MAX_LIVE_SESSIONS.
 """
 
 from __future__ import annotations
 
 from tensorplan.machine import cores
 
-# Sessions for live updates by default, at most: each holds an arena (28-51 MB for
-# tiny.en int8 to small), and past a few updates at once the cores are the limit.
+# Sessions for live updates by default, at most: each holds an arena (49 MiB for
+# tiny.en), and past a few updates at once the cores are the limit.
 MAX_LIVE_SESSIONS = 8
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tensorplan.machine import computing
 from tensorplan.whisper.api import Audio, Session
 from tensorplan.whisper.options import TranscribeOptions
 from tensorplan.whisper.planned.session import Alignment
@@ -131,8 +132,9 @@ class EngineSession(Session):
     def _run_batched(self, samples: np.ndarray, opts: TranscribeOptions,
                      on_segment: Any, progress: Any, vad_options: Any) -> TranscriptionResult:
         """The batched long-file pipeline keeps a session of its own (not yet on the
-        engine: its batch would decode in lockstep with the engine's)."""
-        with self.whisper.pool.borrow() as session:
+        engine: its batch would decode in lockstep with the engine's), and shares the
+        cores with the engine's threads while it computes."""
+        with self.whisper.pool.borrow() as session, computing():
             return session._run_batched(samples, opts, on_segment, progress, vad_options)
 
 

@@ -41,8 +41,8 @@ class ModelOptions:
     device: Device = option("cpu", "where the graphs run: cuda runs the device backend "
                           "(float16 weights, CUDA graphs)", group="model")
     threads: int | None = option(
-        None, "CPU threads for every pool (BLAS, PyTorch, onnxruntime); none or 0: this "
-        "machine's cores", group="model")
+        None, "CPU threads for the compute pools (BLAS, PyTorch; Silero VAD keeps one); "
+        "none or 0: this machine's cores", group="model")
     # memory planning
     plan: PlanMode = option("joint", "how tensors handed between graphs stay alive: joint (one "
                           "arena, the leanest measured), output (OUTPUT flags, whisper.cpp's "

@@ -15,9 +15,10 @@ Where the backend lets two threads split the cores (PyTorch's CPU kernels: `enco
 windows encode on a second session, on a thread of its own, beside the decoder steps;
 while that thread is busy and windows wait, the engine's thread encodes them too when it
 has nothing else to do. Each thread computes on its part of the cores while both work
-(machine.shared_by), on all of them alone. PyTorch's encoder gave the same bytes on one
-thread and on two (tiny.en int8 and float32), so a window's encoding does not depend on
-which thread ran it; on numpy's kernels the engine encodes on its own thread only.
+(machine.computing), on all of them alone. PyTorch's products may round differently on
+another thread count (float32 here; int8 on 4 cores or more), so on PyTorch an engine's
+window can differ from a lone session's in the last bits, as its batched steps already
+may; on numpy's kernels the engine encodes on its own thread only, and stays exact.
 
 A task takes a window slot of its group's batch at its first step (its prompt's KV rows
 and its window's cross K/V are copied in) and frees it when it finishes; the last task
@@ -45,7 +46,7 @@ import numpy as np
 
 from tensorplan import ops
 from tensorplan.backends import threads
-from tensorplan.machine import shared_by
+from tensorplan.machine import computing
 from tensorplan.tensor import Tensor
 from tensorplan.whisper.planned.session import NonFiniteError, WhisperSession
 from tensorplan.whisper.planned.window_batch import WindowBatch
@@ -129,7 +130,6 @@ class StepEngine:
         # windows encode on a session and thread of their own, beside the decoder steps
         self._encoder = WhisperSession(model) if encoder_aside else None
         self._encodes: deque[_Encode] = deque()
-        self._computing = 0  # threads computing now (the engine's, the encoder's)
         self._encoder_busy = False
         self.encoded_aside = 0  # windows the encoder's thread encoded
         self._groups: dict[int, _Group] = {}
@@ -255,67 +255,56 @@ class StepEngine:
 
     # ---- the engine thread --------------------------------------------------------------
     def _loop(self) -> None:
-        with shared_by(self._computing_now):
-            while True:
-                with self._cond:
-                    while not (self._closed or self._jobs or self._ready_tasks()
-                               or self._admittable()
-                               or (self._encodes and self._encoder_busy)):
-                        self._cond.wait()
-                    if self._closed:
-                        self._fail_all(EngineClosed("the engine is closed"))
-                        return
-                    self._admit()
-                    self._gather()
-                    ready = self._ready_tasks()
-                    job = self._jobs.popleft() if self._jobs else None
-                    # nothing else to do while the encoder's thread is busy: encode a
-                    # waiting window here too (alone, that thread left this one idle
-                    # while windows queued)
-                    window = self._encodes.popleft() if not (ready or job) and \
-                        self._encodes and self._encoder_busy else None
-                    self._computing += 1
-                try:
-                    if ready:
-                        self._run_steps(ready)
-                    if job is not None:
-                        self._run_job(job)
-                    if window is not None:
-                        self._encode_here(window)
-                finally:
-                    with self._cond:
-                        self._computing -= 1
-
-    def _computing_now(self) -> int:
-        return self._computing
+        while True:
+            with self._cond:
+                while not (self._closed or self._jobs or self._ready_tasks()
+                           or self._admittable() or (self._encodes and self._encoder_busy)):
+                    self._cond.wait()
+                if self._closed:
+                    self._fail_all(EngineClosed("the engine is closed"))
+                    return
+                self._admit()
+                self._gather()
+                ready = self._ready_tasks()
+                job = self._jobs.popleft() if self._jobs else None
+                # nothing else to do while the encoder's thread is busy: encode a waiting
+                # window here too (alone, that thread left this one idle while windows
+                # queued)
+                window = self._encodes.popleft() if not (ready or job) and \
+                    self._encodes and self._encoder_busy else None
+            with computing():  # the cores are shared with the encoder's thread, if busy
+                if ready:
+                    self._run_steps(ready)
+                if job is not None:
+                    self._run_job(job)
+                if window is not None:
+                    self._encode_here(window)
 
     def _encode_loop(self) -> None:
         """The encoder's thread: windows in arrival order (one per stream at a time)."""
-        with shared_by(self._computing_now):
-            while True:
-                with self._cond:
-                    while not (self._closed or self._encodes):
-                        self._cond.wait()
-                    if self._closed:
-                        for job in self._encodes:
-                            job.error = EngineClosed("the engine is closed")
-                            job.done.set()
-                        self._encodes.clear()
-                        return
-                    job = self._encodes.popleft()
-                    self._computing += 1
-                    self._encoder_busy = True
-                    self._cond.notify_all()  # the engine's thread may take the next one
-                try:
+        while True:
+            with self._cond:
+                while not (self._closed or self._encodes):
+                    self._cond.wait()
+                if self._closed:
+                    for job in self._encodes:
+                        job.error = EngineClosed("the engine is closed")
+                        job.done.set()
+                    self._encodes.clear()
+                    return
+                job = self._encodes.popleft()
+                self._encoder_busy = True
+                self._cond.notify_all()  # the engine's thread may take the next one
+            try:
+                with computing():
                     self._encode_aside(job.stream, job.mel)
-                    self.encoded_aside += 1
-                except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
-                    job.error = e
-                finally:
-                    with self._cond:
-                        self._computing -= 1
-                        self._encoder_busy = False
-                job.done.set()
+                self.encoded_aside += 1
+            except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+                job.error = e
+            finally:
+                with self._cond:
+                    self._encoder_busy = False
+            job.done.set()
 
     def _encode_here(self, window: _Encode) -> None:
         """A waiting window, encoded on the engine's own session (its thread)."""
