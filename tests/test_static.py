@@ -66,10 +66,10 @@ WHISPER_LEAVES = {"options", "flags", "tokenizer", "result", "limits"}  # on top
 AUDIO_CONSTANTS = "tensorplan.whisper.audio.constants"
 # the layers below whisper that each wing may import (planned: the whole runtime)
 WING_RUNTIME = {
-    "audio": {"errors", "files", "backends"},  # backends.threads: VAD's pool
+    "audio": {"errors", "files"},
     "model_files": {"errors", "files", "backends"},  # backends.TORCH_INSTALL: a hint's text
     "planned": ALLOWED["whisper"] - {"whisper"},
-    "decoding": {"errors"},
+    "decoding": {"errors", "machine"},  # machine.computing: two encoder lanes share the cores
 }
 
 

@@ -101,6 +101,41 @@ def test_long_synthetic_speech_batched_equals_one_at_a_time(tiny, speech_75s) ->
     assert bench.wer(reference, full.text) < 0.3  # tiny.en on espeak: ~0.15
 
 
+def test_two_encoder_lanes_give_what_one_gives(tiny, jfk_audio, monkeypatch) -> None:
+    """Where a second session encodes beside the first (PyTorch's kernels on two cores or
+    more), a batch's windows are shared between two threads: the same tokens and times
+    as one lane, every window encoded once, and the lane's session let go at the end."""
+    from tensorplan.whisper.decoding import batched
+    from tensorplan.whisper.planned.session import WhisperSession
+
+    opts = {"beam_size": None, "clip_timestamps": JFK_CLIPS, "word_timestamps": True}
+    encoded: list[int] = []
+    closed: list[WhisperSession] = []
+    encode, close = WhisperSession.encode, WhisperSession.close
+
+    def counted(self: WhisperSession, mel: np.ndarray) -> None:
+        encoded.append(id(self))
+        encode(self, mel)
+
+    def kept(self: WhisperSession) -> None:
+        closed.append(self)
+        close(self)
+
+    monkeypatch.setattr(WhisperSession, "encode", counted)
+    monkeypatch.setattr(WhisperSession, "close", kept)
+    one = tiny.transcribe(jfk_audio, batch_size=4, **opts)
+    alone, encoded[:] = list(encoded), []
+    monkeypatch.setattr(batched, "encodes_aside", lambda model: True)
+    two = tiny.transcribe(jfk_audio, batch_size=4, **opts)
+    assert tokens_of(two) == tokens_of(one)
+    assert [(s.start, s.end, [(w.word, w.start, w.end) for w in s.words or ()])
+            for s in two.segments] == \
+        [(s.start, s.end, [(w.word, w.start, w.end) for w in s.words or ()])
+         for s in one.segments]
+    assert len(encoded) == len(alone) >= 3  # every window once, in either lane
+    assert len(set(encoded)) == 2 and len(closed) == 1 and id(closed[0]) in encoded
+
+
 def test_silent_and_empty_audio_give_no_segments(tiny) -> None:
     rng = np.random.default_rng(0)
     for audio in (np.zeros(SAMPLE_RATE * 40, np.float32),

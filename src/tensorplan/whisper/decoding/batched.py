@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 from collections import deque
 from collections.abc import Sequence
 
 import numpy as np
 
+from tensorplan.machine import computing
 from tensorplan.whisper.audio.chunks import AudioChunk, cut, join, pauses
 from tensorplan.whisper.audio.constants import (
     FRAMES_PER_SECOND,
@@ -43,6 +45,7 @@ from tensorplan.whisper.decoding.timing import WordAligner, get_end
 from tensorplan.whisper.decoding.window import DecodingResult, detect_language
 from tensorplan.whisper.options import TranscribeOptions
 from tensorplan.whisper.planned.session import WhisperSession
+from tensorplan.whisper.planned.step_engine import encodes_aside
 from tensorplan.whisper.planned.window_batch import WindowBatch
 from tensorplan.whisper.result import Segment, TranscriptionResult
 from tensorplan.whisper.tokenizer import to_language_code
@@ -94,14 +97,18 @@ def transcribe_batched(session: WhisperSession, samples: np.ndarray,
     windows = _Windows(session, options, samples)
     todo = _Todo(chunks, share=not options.without_timestamps)
     total, done = sum(c.n_samples for c in chunks), 0
-    while part := todo.next(batch.n_windows):
-        outcomes = windows.run(batch, part)
-        todo.returned(outcomes)
-        windows.publish(todo.first_start() / SAMPLE_RATE, on_segment)
-        back = [c for rest, retries in outcomes for c in (rest, *retries) if c is not None]
-        done += sum(c.n_samples for c in part) - sum(c.n_samples for c in back)
-        if progress:
-            progress(done // HOP_LENGTH, total // HOP_LENGTH)
+    try:
+        while part := todo.next(batch.n_windows):
+            outcomes = windows.run(batch, part)
+            todo.returned(outcomes)
+            windows.publish(todo.first_start() / SAMPLE_RATE, on_segment)
+            back = [c for rest, retries in outcomes for c in (rest, *retries) if c is not None]
+            done += sum(c.n_samples for c in part) - sum(c.n_samples for c in back)
+            if progress:
+                progress(done // HOP_LENGTH, total // HOP_LENGTH)
+    finally:
+        if windows.lane is not None:
+            windows.lane.close()
     text = session.tokenizer.decode([t for s in windows.segments for t in s.tokens])
     return TranscriptionResult(text=text, segments=tuple(windows.segments), language=language,
                                language_probs=probs)
@@ -170,6 +177,8 @@ class _Windows:
     def __init__(self, session: WhisperSession, options: TranscribeOptions,
                  samples: np.ndarray) -> None:
         self.session, self.options, self.samples = session, options, samples
+        # a second encoder lane: its session's arena for the length of the transcription
+        self.lane = WhisperSession(session.model) if encodes_aside(session.model) else None
         # SeekLoop's segment rules, reused per window (language is set: it encodes nothing)
         self.cutter = SeekLoop(session, _NoFrames(), options, aligner=_no_aligner)
         self.prompt = (tuple(session.tokenizer.encode(" " + options.initial_prompt.strip()))
@@ -182,11 +191,8 @@ class _Windows:
         """Decode the chunks; returns for each what to decode again: its rest (see
         `remainder`) and, for a shared window that yielded nothing, the chunks it joined
         (each alone, so no chunk is lost to its neighbour)."""
-        windows = []
-        for slot, chunk in enumerate(chunks):
-            window = _window(self.samples, chunk, self.session.dims.n_mels)
-            self.session.encode_into(batch, slot, window.mel)
-            windows.append(window)
+        windows = [_window(self.samples, chunk, self.session.dims.n_mels) for chunk in chunks]
+        self._encode(batch, [w.mel for w in windows])
         decoding = self.options.decoding(self.options.temperature[0], self.prompt, None)
         results = decode_batch(self.session, batch, len(chunks), decoding)
         outcomes = []
@@ -196,6 +202,40 @@ class _Windows:
             self.pending += segments
             outcomes.append((rest, () if segments else chunk.parts))
         return outcomes
+
+    def _encode(self, batch: WindowBatch, mels: Sequence[np.ndarray]) -> None:
+        """Encode the windows into the batch's slots: where a second session can encode
+        beside this one (`encodes_aside`), two lanes take the next window in turn, each
+        on its part of the cores (machine.computing). On PyTorch that part's thread count
+        can move a product's last bits (docs/engine.md); numpy's kernels use one lane."""
+        if self.lane is None or len(mels) < 2:
+            for slot, mel in enumerate(mels):
+                self.session.encode_into(batch, slot, mel)
+            return
+        self.session.batch_executor(batch)  # bound here, not by two threads at once
+        slots = iter(range(len(mels)))
+        taking = threading.Lock()
+        errors: list[BaseException] = []
+
+        def encode_with(encoder: WhisperSession | None) -> None:
+            try:
+                with computing():
+                    while not errors:
+                        with taking:
+                            slot = next(slots, None)
+                        if slot is None:
+                            return
+                        self.session.encode_into(batch, slot, mels[slot], encoder)
+            except BaseException as e:  # noqa: BLE001 - raised on the caller's thread
+                errors.append(e)
+
+        other = threading.Thread(target=encode_with, args=(self.lane,),
+                                 name="tensorplan-encode-lane", daemon=True)
+        other.start()
+        encode_with(None)
+        other.join()
+        if errors:
+            raise errors[0]
 
     def segments_of(self, batch: WindowBatch, slot: int, chunk: AudioChunk, window: Window,
                     result: DecodingResult) -> tuple[list[Segment], AudioChunk | None]:

@@ -94,14 +94,18 @@ class WhisperSession:
             ex = self._batches[batch] = self.model.backend.executor(self.buffers)
         return ex
 
-    def encode_into(self, batch: WindowBatch, slot: int, mel: np.ndarray) -> None:
-        """Encode one window and copy its cross K/V into window `slot` of the batch."""
-        self.encode(mel)
+    def encode_into(self, batch: WindowBatch, slot: int, mel: np.ndarray,
+                    encoder: WhisperSession | None = None) -> None:
+        """Encode one window (on `encoder`'s graphs if given: another session of the
+        model, e.g. on another thread) and copy its cross K/V into window `slot` of this
+        session's batch."""
+        encoder = encoder or self
+        encoder.encode(mel)
         ex = self.batch_executor(batch)
         for (k, v), (k_slot, v_slot) in zip(self.model.kv_cross, batch.slots[slot],
                                             strict=True):
-            ex.set(k_slot, ex.get(k))
-            ex.set(v_slot, ex.get(v))
+            ex.set(k_slot, encoder.executor.get(k))
+            ex.set(v_slot, encoder.executor.get(v))
 
     def hold_window(self, batch: WindowBatch, slot: int) -> None:
         """Make window `slot` of the batch the encoded window (for `align`)."""
