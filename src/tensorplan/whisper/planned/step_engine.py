@@ -163,14 +163,7 @@ class StepEngine:
         `stream`: the stream whose window fn loads into the session's own graphs (a task
         decoding alone there for another stream moves into the batch first)."""
         job = _Job(fn, stream)
-        with self._cond:
-            if self._closed:
-                raise EngineClosed("the engine is closed")
-            self._jobs.append(job)
-            self._cond.notify_all()
-        job.done.wait()
-        if job.error is not None:
-            raise job.error
+        self._hand_over(self._jobs, job)
         return job.result
 
     def encode_window(self, stream: Any, mel: np.ndarray) -> None:
@@ -179,11 +172,14 @@ class StepEngine:
         if self._encoder is None:
             self.call(lambda: self.encode(stream, mel), stream)
             return
-        job = _Encode(stream, mel)
+        self._hand_over(self._encodes, _Encode(stream, mel))
+
+    def _hand_over(self, queue: deque[Any], job: _Job | _Encode) -> None:
+        """Queue job for the engine's threads and wait for it; its error is raised here."""
         with self._cond:
             if self._closed:
                 raise EngineClosed("the engine is closed")
-            self._encodes.append(job)
+            queue.append(job)
             self._cond.notify_all()
         job.done.wait()
         if job.error is not None:
