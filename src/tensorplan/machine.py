@@ -43,6 +43,11 @@ def computing() -> Iterator[None]:
                 _computing[0] -= 1
 
 
+def sharing() -> bool:
+    """Whether this OS thread is inside computing(), sharing the cores with other work."""
+    return bool(getattr(_here, "depth", 0))
+
+
 def running_beside() -> int:
     """How many threads share the cores with this one, itself included: those inside
     computing() if this one is, else 1."""

@@ -134,6 +134,15 @@ def test_two_encoder_lanes_give_what_one_gives(tiny, jfk_audio, monkeypatch) -> 
          for s in one.segments]
     assert len(encoded) == len(alone) >= 3  # every window once, in either lane
     assert len(set(encoded)) == 2 and len(closed) == 1 and id(closed[0]) in encoded
+    # a thread already sharing the cores (a server's request beside the step engine)
+    # keeps one lane: no third thread, no second arena
+    from tensorplan.machine import computing
+
+    encoded.clear()
+    with computing():
+        three = tiny.transcribe(jfk_audio, batch_size=4, **opts)
+    assert tokens_of(three) == tokens_of(one)
+    assert len(set(encoded)) == 1 and len(closed) == 1
 
 
 def test_silent_and_empty_audio_give_no_segments(tiny) -> None:

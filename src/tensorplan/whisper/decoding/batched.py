@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tensorplan.machine import computing
+from tensorplan.machine import computing, sharing
 from tensorplan.whisper.audio.chunks import AudioChunk, cut, join, pauses
 from tensorplan.whisper.audio.constants import (
     FRAMES_PER_SECOND,
@@ -177,8 +177,12 @@ class _Windows:
     def __init__(self, session: WhisperSession, options: TranscribeOptions,
                  samples: np.ndarray) -> None:
         self.session, self.options, self.samples = session, options, samples
-        # a second encoder lane: its session's arena for the length of the transcription
-        self.lane = WhisperSession(session.model) if encodes_aside(session.model) else None
+        # a second encoder lane: its session's arena for the length of the transcription.
+        # Not where this thread already shares the cores (a server's request beside the
+        # step engine's two threads): a third thread there only took memory (its thread
+        # kept ~20 MB after the lane's session was freed)
+        self.lane = WhisperSession(session.model) \
+            if encodes_aside(session.model) and not sharing() else None
         # SeekLoop's segment rules, reused per window (language is set: it encodes nothing)
         self.cutter = SeekLoop(session, _NoFrames(), options, aligner=_no_aligner)
         self.prompt = (tuple(session.tokenizer.encode(" " + options.initial_prompt.strip()))
