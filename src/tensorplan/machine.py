@@ -51,9 +51,7 @@ def sharing() -> bool:
 def running_beside() -> int:
     """How many threads share the cores with this one, itself included: those inside
     computing() if this one is, else 1."""
-    if not getattr(_here, "depth", 0):
-        return 1
-    return max(1, _computing[0])
+    return max(1, _computing[0]) if sharing() else 1
 
 
 def return_free_memory() -> None:

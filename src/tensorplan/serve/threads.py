@@ -32,8 +32,8 @@ def default_sessions(n_cores: int, engine: bool = False) -> int:
     one thread (the decoders of two sessions in one process take turns holding the
     interpreter lock), while a lone session on many cores leaves most of them idle in the
     decoder's small kernels. With it, a session per core for live updates: on 2 cores
-    (AMX), 8 live streams' p95 latency 12.4-13.2 s with one session of two threads,
-    8.3-8.9 s with two sharing the cores (docs/realtime.md)."""
+    (AMX), 8 live streams' p95 latency 12.4-14.7 s with one session of two threads (and
+    Silero on two), 7.3-7.4 s with two sharing the cores (docs/realtime.md)."""
     if engine:
         return max(1, min(n_cores, MAX_LIVE_SESSIONS))
     return max(1, n_cores // 2)

@@ -119,16 +119,14 @@ class StepEngine:
     """The batching thread over one model (see the module docstring)."""
 
     def __init__(self, model: Any, windows: int = DEFAULT_WINDOWS,
-                 gather_seconds: float = GATHER_SECONDS, encoder_aside: bool | None = None
-                 ) -> None:
+                 gather_seconds: float = GATHER_SECONDS) -> None:
         if windows < 1:
             raise ValueError(f"windows must be at least 1, got {windows}")
         self.model, self.windows, self.gather_seconds = model, windows, gather_seconds
         self.session = WhisperSession(model)
-        if encoder_aside is None:
-            encoder_aside = encodes_aside(model)
         # windows encode on a session and thread of their own, beside the decoder steps
-        self._encoder = WhisperSession(model) if encoder_aside else None
+        # (engine_bytes counts that session by the same rule)
+        self._encoder = WhisperSession(model) if encodes_aside(model) else None
         self._encodes: deque[_Encode] = deque()
         self._encoder_busy = False
         self.encoded_aside = 0  # windows the encoder's thread encoded
@@ -536,25 +534,25 @@ class StepEngine:
 
     def encode(self, stream: Any, mel: np.ndarray) -> None:
         """Encode a window; keep its cross K/V in the stream's store (stream.cross)."""
-        self.session.encode(mel)
+        self._encode_on(self.session, stream, mel)
         self._held = stream
-        ex = self.session.executor
-        for t, store in zip((t for pair in self.model.kv_cross for t in pair), stream.cross,
-                            strict=True):
-            np.copyto(store, ex.get(t))
 
     def _encode_aside(self, stream: Any, mel: np.ndarray) -> None:
         """encode() on the encoder's session (its thread). The engine's session no longer
         holds the stream's current window, if it held its last one."""
         assert self._encoder is not None
-        self._encoder.encode(mel)
-        ex = self._encoder.executor
-        for t, store in zip((t for pair in self.model.kv_cross for t in pair), stream.cross,
-                            strict=True):
-            np.copyto(store, ex.get(t))
+        self._encode_on(self._encoder, stream, mel)
         with self._cond:
             if self._held is stream:
                 self._held = None
+
+    def _encode_on(self, session: WhisperSession, stream: Any, mel: np.ndarray) -> None:
+        """Encode a window on `session`'s graphs, its cross K/V copied to stream.cross."""
+        session.encode(mel)
+        ex = session.executor
+        for t, store in zip((t for pair in self.model.kv_cross for t in pair), stream.cross,
+                            strict=True):
+            np.copyto(store, ex.get(t))
 
     def prompt(self, task: Task, tokens: np.ndarray, positions: Sequence[int]) -> np.ndarray:
         """Feed a task's first tokens (one sequence: its rows share them) alone; keep the
@@ -636,8 +634,9 @@ def encodes_aside(model: Any) -> bool:
     """Whether an engine over `model` encodes on a session and thread of its own: where
     its backend lets two threads split the cores (PyTorch's CPU kernels) and there are
     two to split. On 2 cores (tiny.en int8, AMX, 8 clients of jfk in process) it went
-    from 1.10-1.26 to 1.44-1.53 times the sequential throughput: the decoder's steps ran
-    beside encoder passes, and the engine's thread encodes too when idle."""
+    from 1.12-1.28 to 1.36-1.61 times the sequential throughput (docs/engine.md): the
+    decoder's steps ran beside encoder passes, and the engine's thread encodes too when
+    idle."""
     return bool(getattr(model.backend, "shares_cores", False)) and threads.count() >= 2
 
 
