@@ -33,6 +33,7 @@ LAYER_NORM = Op("layer_norm", inplace=True)
 RMS_NORM = Op("rms_norm", inplace=True)
 MATMUL = Op("matmul")
 QMATMUL = Op("qmatmul")  # float activations times an int8 weight with per-row scales
+ATTENTION = Op("attention")  # softmax(q k^T * scale) v: the scores are never a tensor
 IM2COL = Op("im2col")
 CONCAT = Op("concat")
 GET_ROWS = Op("get_rows")
@@ -52,8 +53,8 @@ POOL2D = Op("pool2d")
 
 ALL_OPS: tuple[Op, ...] = (
     ADD, SUB, MUL, DIV, SCALE, NEG, EXP, SQRT, TANH, GELU, SILU, RELU, SOFTMAX, LAYER_NORM,
-    RMS_NORM, MATMUL, QMATMUL, IM2COL, CONCAT, GET_ROWS, CONT, CAST, MEAN, ARGMAX, COPY_INTO,
-    SET_ROWS, VIEW, RESHAPE, PERMUTE, CONV2D, POOL2D,
+    RMS_NORM, MATMUL, QMATMUL, ATTENTION, IM2COL, CONCAT, GET_ROWS, CONT, CAST, MEAN, ARGMAX,
+    COPY_INTO, SET_ROWS, VIEW, RESHAPE, PERMUTE, CONV2D, POOL2D,
 )  # fmt: skip
 
 
@@ -246,6 +247,28 @@ def matmul(a: Tensor, b: Tensor, transpose_b: bool = False, name: str = "",
         )
     batch = broadcast_shape(a.shape[:-2], b.shape[:-2])
     return _node(MATMUL, (*batch, m, n), a.dtype, (a, b), name, transpose_b=transpose_b, **hint)
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, scale: float, name: str = "",
+              precision: str = "float32") -> Tensor:
+    """softmax(q @ k^T * scale) @ v over the last two axes: q (..., M, D), k (..., N, D)
+    and v (..., N, E) with the same batch axes -> (..., M, E) in q's dtype.
+
+    One node where matmul, softmax and matmul are three: its (M, N) scores are never a
+    planned tensor, so a backend may compute it without holding them (PyTorch's fused
+    attention reads K and V in blocks; the reference kernel holds a few rows of scores
+    at a time). precision "bfloat16" as matmul's (the softmax stays float32)."""
+    hint = _precision_hint(precision)
+    for t, what in ((q, "q"), (k, "k"), (v, "v")):
+        if t.ndim < 2:
+            raise ValueError(f"attention: {what} needs 2-D or more, got {t.shape}")
+    if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]):
+        raise ValueError(f"attention: batch axes differ: q {q.shape}, k {k.shape}, v {v.shape}")
+    if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"attention: q {q.shape}, k {k.shape} and v {v.shape} do not fit "
+                         "(q and k share their last axis, k and v their keys)")
+    return _node(ATTENTION, (*q.shape[:-1], v.shape[-1]), q.dtype, (q, k, v), name,
+                 scale=float(scale), **hint)
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, name: str = "") -> Tensor:

@@ -160,6 +160,21 @@ def _gelu(x: np.ndarray) -> np.ndarray:
     return np.asarray(x * (1 + scipy.special.erf(x / np.sqrt(2))) / 2)
 
 
+def _attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float = 1.0
+               ) -> np.ndarray:
+    return np.asarray(_softmax(q @ np.swapaxes(k, -1, -2), scale=scale) @ v)
+
+
+def _heads(x: Tensor, start: int, n_head: int, dh: int) -> Tensor:
+    """Columns [start, start + n_head * dh) of a 2-D x as (n_head, rows, dh) views."""
+    rows, item = x.shape[0], x.dtype.itemsize
+    return ops.view(x, (n_head, rows, dh), (dh * item, x.strides[0], item), start * item)
+
+
+def _np_heads(x: np.ndarray, start: int, n_head: int, dh: int) -> np.ndarray:
+    return x[:, start:start + n_head * dh].reshape(x.shape[0], n_head, dh).transpose(1, 0, 2)
+
+
 def _softmax(a: np.ndarray, mask: np.ndarray | float = 0.0, scale: float = 1.0) -> np.ndarray:
     z = a * scale + mask
     z = z - z.max(axis=-1, keepdims=True)
@@ -421,6 +436,27 @@ CASES: list[Case] = [
     Case(
         "linear", (Arg((5, 8)), Arg((3, 8)), Arg((3,))), ops.linear, lambda x, w, b: x @ w.T + b
     ),  # fmt: skip
+    # ---- attention: softmax(q k^T * scale) v in one node
+    Case(
+        "attention",
+        (Arg((2, 3, 5, 8)), Arg((2, 3, 7, 8)), Arg((2, 3, 7, 6))),
+        lambda q, k, v: ops.attention(q, k, v, scale=0.35),
+        lambda q, k, v: _attention(q, k, v, 0.35),
+    ),
+    Case("attention-2d", (Arg((4, 8)), Arg((9, 8)), Arg((9, 3))),
+         lambda q, k, v: ops.attention(q, k, v, scale=1.0), _attention),
+    # heads as strided column views of one (A, 3d) projection, as Whisper's encoder reads
+    Case("attention-heads", (Arg((10, 3 * 12)),), lambda x: ops.attention(
+        *(_heads(x, i * 12, 3, 4) for i in range(3)), scale=0.5),
+        lambda x: _attention(*(_np_heads(x, i * 12, 3, 4) for i in range(3)), 0.5)),
+    # more query rows than one block of scores (kernels.WIDEN_BLOCK elements) holds
+    Case("attention-blocks", (Arg((1, 1000, 8)), Arg((1, 300, 8)), Arg((1, 300, 4))),
+         lambda q, k, v: ops.attention(q, k, v, scale=0.7),
+         lambda q, k, v: _attention(q, k, v, 0.7)),
+    # the bfloat16 hint (taken by the torch backend on CPUs with AMX)
+    Case("attention-bf16", (Arg((2, 6, 8)), Arg((2, 9, 8)), Arg((2, 9, 5))),
+         lambda q, k, v: ops.attention(q, k, v, scale=0.35, precision="bfloat16"),
+         lambda q, k, v: _attention(q, k, v, 0.35), tol=1e-2),
     # ---- im2col and conv1d
     Case(
         "im2col", (Arg((3, 10)),), lambda x: ops.im2col(x, 3, 1, 1), lambda x: _im2col(x, 3, 1, 1)

@@ -348,6 +348,25 @@ def qmatmul(out: np.ndarray, srcs: Sequence[np.ndarray], params: Mapping[str, An
         )
 
 
+def attention(out: np.ndarray, srcs: Sequence[np.ndarray], params: Mapping[str, Any]) -> None:
+    """softmax(q @ k^T * scale) @ v per batch index, as matmul, softmax and matmul would
+    compute it (the reference ignores precision), a block of q's rows at a time: the
+    scores in hand are at most WIDEN_BLOCK elements (or one row), never (M, N)."""
+    q, k, v = srcs
+    m, n = q.shape[-2], k.shape[-2]
+    step = max(1, WIDEN_BLOCK // max(n, 1))
+    scores = _Scratch(min(step, m) * n, _work_dtype(out.dtype))
+    with threads.for_product(out.size * q.shape[-1] + q.size * n):
+        for b in np.ndindex(*q.shape[:-2]):
+            kt = np.swapaxes(k[b], -1, -2)
+            for i in range(0, m, step):
+                rows = slice(i, min(i + step, m))
+                s = scores.take((rows.stop - i, n))
+                np.matmul(q[b][rows], kt, out=s)
+                softmax(s, (s,), params)
+                np.matmul(s, v[b], out=out[b][rows])
+
+
 Widen = Callable[[slice, np.ndarray, np.ndarray], Any]
 
 
@@ -539,6 +558,7 @@ KERNELS: dict[str, Kernel] = {
     "rms_norm": rms_norm,
     "matmul": matmul,
     "qmatmul": qmatmul,
+    "attention": attention,
     "im2col": im2col,
     "concat": concat,
     "get_rows": get_rows,

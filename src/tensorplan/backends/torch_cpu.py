@@ -84,9 +84,11 @@ class TorchProgram(NumpyProgram):
             params["_packed"] = self.backend.packed(n.srcs[1], srcs[1], srcs[2])
         elif name == "matmul" and self._bf16(n):
             kernel = kernels.matmul_bf16
+        elif name == "attention" and self._bf16(n):
+            kernel = kernels.attention_bf16
         # a product's work is its operands' size, not its result's (attention over 1,500
         # cross keys yields 64 values per head from a 1,500 x 64 block of each)
-        work = max(n.size, *(t.size for t in n.srcs)) if name == "matmul" else n.size
+        work = max(n.size, *(t.size for t in n.srcs)) if name in PRODUCTS else n.size
         threads = pools.count() if work >= PARALLEL_MIN else 1
         return _on_threads(kernel, threads), _as_torch(out), [_as_torch(s) for s in srcs], params
 
@@ -95,6 +97,8 @@ class TorchProgram(NumpyProgram):
         products that may) and the backend's bf16_products."""
         return n.params.get("precision") == "bfloat16" and self.backend.bf16_products
 
+
+PRODUCTS = ("matmul", "attention")  # ops whose work is their operands' size
 
 # Nodes smaller than this run PyTorch on one thread. PyTorch splits even a 1536-element
 # gelu across its OpenMP threads, and waking them costs more than the work: 100 us per

@@ -171,13 +171,16 @@ def test_only_an_int8_models_window_products_allow_bfloat16(tiny_model_factory):
         model = tiny_model_factory("joint", backend="numpy", compute_type=compute).model
         for name, stage in model.pipeline.stages.items():
             products = [n for n in stage.graph.nodes if n.op is not None
-                        and n.op.name in ("matmul", "qmatmul")]
+                        and n.op.name in ("matmul", "qmatmul", "attention")]
             hinted = {n.name for n in products if n.params.get("precision") == "bfloat16"}
             if compute == "float32" or name not in ("encoder", "cross"):
                 assert not hinted, (compute, name, sorted(hinted)[:3])
                 continue
             assert hinted == {n.name for n in products}, (name, products)
-        attention = [n for n in model.pipeline.stages["encoder"].graph.nodes
-                     if "/scores" in n.name or "/head" in n.name]
-        assert len([n for n in attention if n.op is not None and n.op.name == "matmul"]) == (
-            2 * model.dims.n_audio_head * model.dims.n_audio_layer)
+        # the encoder attends in one fused node per layer: no (A, A) scores are planned
+        nodes = model.pipeline.stages["encoder"].graph.nodes
+        attention = [n for n in nodes if n.op is not None and n.op.name == "attention"]
+        assert len(attention) == model.dims.n_audio_layer
+        assert not [n for n in nodes if n.op is not None and n.op.name == "softmax"]
+        a = model.dims.n_audio_ctx
+        assert not [n for n in nodes if n.shape[-2:] == (a, a)]

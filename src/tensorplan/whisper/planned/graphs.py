@@ -123,29 +123,26 @@ def build_conv(p: Params, dims: Dims) -> tuple[Tensor, Tensor]:
 
 # ---- encoder --------------------------------------------------------------------------------
 def _encoder_attention(h: Tensor, p: Params, prefix: str, n_head: int) -> Tensor:
-    """Self-attention one head at a time, so only one (A, A) score matrix is ever live.
+    """Self-attention of every head in one fused node (ops.attention): its (H, A, A)
+    scores are never planned (a session's arena holds none of them), and PyTorch's fused
+    kernel computes it in a third to a half of the time of matmul, softmax and matmul.
 
-    Under compute type int8 (int8 projections) the scores and the heads' products may run
-    in bfloat16: the projections' int8 activations already round to 7-8 bits per row,
-    coarser than bfloat16's 8-bit mantissa. In float32 these products were a third of
-    the int8 encoder's time (99 of 298 ms a window, tiny.en, 2 cores; docs/usage.md)."""
+    Under compute type int8 (int8 projections) the attention may run in bfloat16: the
+    projections' int8 activations already round to 7-8 bits per row, coarser than
+    bfloat16's 8-bit mantissa. In float32, matmul, softmax and matmul per head were a third
+    of the int8 encoder's time (99 of 298 ms a window, tiny.en, 2 cores; docs/usage.md)."""
     n_ctx, d = h.shape
     dh = d // n_head
-    # the projections' hint applies to int8 weights only (_linear); the attention's
-    # products have no weight, so they ask the projection's dtype
+    # the projections' hint applies to int8 weights only (_linear); the attention has no
+    # weight, so it asks the projection's dtype
     int8 = p(f"{prefix}/linear_0/weight").dtype == dt.int8
     precision = WINDOW_PRECISION if int8 else "float32"
     qkv = _linear(h, p, f"{prefix}/linear_0", f"{prefix}/qkv", precision=WINDOW_PRECISION)
-    heads = []
-    for i in range(n_head):
-        q = _columns(qkv, i * dh, dh)
-        k = _columns(qkv, d + i * dh, dh)
-        v = _columns(qkv, 2 * d + i * dh, dh)
-        scores = ops.matmul(q, k, transpose_b=True, name=f"{prefix}/scores{i}",
-                            precision=precision)  # (A, A)
-        probs = ops.softmax(scores, scale=dh**-0.5)
-        heads.append(ops.matmul(probs, v, name=f"{prefix}/head{i}", precision=precision))
-    o = ops.concat(heads, axis=1, name=f"{prefix}/heads")  # (A, d)
+    q, k, v = (_by_head(_columns(qkv, i * d, d), n_head) for i in range(3))  # (H, A, dh)
+    heads = ops.attention(q, k, v, scale=dh**-0.5, name=f"{prefix}/attention",
+                          precision=precision)
+    o = ops.reshape(ops.cont(ops.permute(heads, (1, 0, 2)), name=f"{prefix}/heads"),
+                    (n_ctx, d))  # (A, d), head i in columns [i*dh, (i+1)*dh)
     return _linear(o, p, f"{prefix}/linear_1", f"{prefix}/out", precision=WINDOW_PRECISION)
 
 
