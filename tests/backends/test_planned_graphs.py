@@ -127,6 +127,14 @@ class _Builder:
             mask = self.partner(a.shape[-2:])
         return ops.softmax(a, mask, scale=self.draw(st.sampled_from([1.0, 0.3])))
 
+    def attention(self, a: Tensor) -> Tensor | None:
+        """a attending to itself (its rows as keys), its values a or a leaf beside it."""
+        if a.ndim < 2:
+            return None
+        v = a if self.draw(st.booleans()) else \
+            self.leaf((*a.shape[:-1], self.draw(st.integers(1, 5))))
+        return ops.attention(a, a, v, scale=self.draw(st.sampled_from([1.0, 0.3])))
+
     def norm(self, a: Tensor) -> Tensor:
         n = a.shape[-1]
         w = self.param((n,), "float32") if self.draw(st.booleans()) else None
@@ -211,8 +219,8 @@ class _Builder:
             a, (min(h, 2), min(w, 2)), mode=self.draw(st.sampled_from(["max", "avg"]))
         )
 
-    STEPS = ("unary", "unary", "binary", "binary", "softmax", "norm", "matmul", "view", "view",
-             "move", "write", "conv")  # fmt: skip
+    STEPS = ("unary", "unary", "binary", "binary", "softmax", "norm", "matmul", "attention",
+             "view", "view", "move", "write", "conv")  # fmt: skip
 
     def build(self) -> tuple[Graph, list[Tensor], list[Tensor]]:
         self.pool.append(self.leaf(self.shape()))
