@@ -262,10 +262,13 @@ class Recording:
     def __init__(self, session: Any) -> None:
         self.session = session
         self.options: list[TranscribeOptions] = []
+        self.one_window: list[bool] = []
 
-    def transcribe(self, audio: np.ndarray, options: TranscribeOptions) -> Any:
+    def transcribe(self, audio: np.ndarray, options: TranscribeOptions,
+                   one_window: bool = False) -> Any:
         self.options.append(options)
-        return self.session.transcribe(audio, options)
+        self.one_window.append(one_window)
+        return self.session.transcribe(audio, options, one_window=one_window)
 
 
 @needs_vad
@@ -283,6 +286,8 @@ def test_partial_updates_are_greedy_and_the_last_decode_is_not(model: Any,
     assert len(partial) >= 4
     assert all(o.beam_size is None and o.temperature == (0.0,) for o in partial)
     assert last.beam_size == 5 and last.temperature == full.temperature
+    # a partial update is one window (one encoder pass); the last decode the full loop
+    assert rec.one_window == [True] * len(partial) + [False]
     (done,) = [e for e in events if isinstance(e, Completed)]
     assert normalize(done.transcript).startswith("and so my fellow americans")
     with model.session() as session:  # the option to decode every update in full
@@ -299,7 +304,7 @@ class Windows:
         self.seconds: list[float] = []
         self.options: list[TranscribeOptions] = []
 
-    def transcribe(self, audio: np.ndarray, options: Any) -> Any:
+    def transcribe(self, audio: np.ndarray, options: Any, one_window: bool = False) -> Any:
         from types import SimpleNamespace as Ns
 
         self.seconds.append(len(audio) / 16000)
@@ -367,7 +372,7 @@ class Teller:
     def __init__(self) -> None:
         self.seconds: list[float] = []
 
-    def transcribe(self, audio: np.ndarray, options: Any) -> Any:
+    def transcribe(self, audio: np.ndarray, options: Any, one_window: bool = False) -> Any:
         from types import SimpleNamespace as Ns
 
         self.seconds.append(len(audio) / 16000)
@@ -405,7 +410,7 @@ class Straddler:
     that mostly lies after it: alignment stretches a turn's first word back over the
     silence before it, across the seam of turns decoded together."""
 
-    def transcribe(self, audio: np.ndarray, options: Any) -> Any:
+    def transcribe(self, audio: np.ndarray, options: Any, one_window: bool = False) -> Any:
         from types import SimpleNamespace as Ns
 
         words = [Word(f" w{t}", t - 0.2 if t else 0.5, t + 0.8, 0.9)
@@ -438,7 +443,7 @@ class Prompted:
     def __init__(self) -> None:
         self.prompts: list[str] = []
 
-    def transcribe(self, audio: np.ndarray, options: Any) -> Any:
+    def transcribe(self, audio: np.ndarray, options: Any, one_window: bool = False) -> Any:
         from types import SimpleNamespace as Ns
 
         self.prompts.append(options.initial_prompt or "")
@@ -467,7 +472,7 @@ class SpeakerOfSilence:
     """A session that hears jfk's last word, then "Thank you." in whatever silence follows
     it, as Whisper does on the pause that ends a turn."""
 
-    def transcribe(self, audio: np.ndarray, options: Any) -> Any:
+    def transcribe(self, audio: np.ndarray, options: Any, one_window: bool = False) -> Any:
         from types import SimpleNamespace as Ns
 
         end = len(audio) / 16000
@@ -493,7 +498,7 @@ class Thanker:
     "Thank you." squeezed into the last word's end, its first word improbable; before it a
     real segment whose last word is short and unsure but real."""
 
-    def transcribe(self, audio: np.ndarray, options: Any) -> Any:
+    def transcribe(self, audio: np.ndarray, options: Any, one_window: bool = False) -> Any:
         from types import SimpleNamespace as Ns
 
         if len(audio) < 10.6 * 16000:

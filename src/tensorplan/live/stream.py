@@ -340,7 +340,9 @@ class LiveStream:
             options = self.options.transcribe_options(self._prompt(turn.number, offset_s),
                                                       thorough)
         t0 = time.perf_counter()
-        result = session.transcribe(window, options)
+        # a partial update decodes one window (one encoder pass), its newest words kept
+        # where the full loop would decode them again from a second window
+        result = session.transcribe(window, options, one_window=not final)
         elapsed = time.perf_counter() - t0
         heard = self._heard(result.segments, group, starts)
         segment_ends = [offset_s + s.end for s in result.segments]

@@ -75,10 +75,14 @@ class Session:
                    progress: ProgressCallback | None = None,
                    vad_options: VadOptions | None = None,
                    max_audio_seconds: float | None = None,
+                   one_window: bool = False,
                    **overrides: Any) -> TranscriptionResult:
         """Transcribe a file path or 16 kHz mono samples (see Whisper.transcribe).
         `max_audio_seconds`: AudioTooLongError for longer audio, from the file's declared
-        duration before decoding, else while the first pass counts its samples."""
+        duration before decoding, else while the first pass counts its samples.
+        `one_window`: decode the first 30 s window only, in one encoder pass, keeping the
+        text after its last timestamp pair as a segment (for a caller that decodes the
+        same audio again soon: a live stream's partial update)."""
         if self.closed:  # its memory is gone: say so, not a missing buffer deep inside
             raise RuntimeError("this Session is closed: make a new one with model.session()")
         if not self._busy.acquire(blocking=False):
@@ -90,7 +94,7 @@ class Session:
                 self.dirty = False
             try:
                 return self._run(audio, options, on_segment, progress, vad_options, overrides,
-                                 max_audio_seconds)
+                                 max_audio_seconds, one_window)
             except BaseException:
                 self.dirty = True
                 raise
@@ -100,7 +104,8 @@ class Session:
     def _run(self, audio: Audio, options: TranscribeOptions | None,
              on_segment: SegmentCallback | None, progress: ProgressCallback | None,
              vad_options: VadOptions | None, overrides: dict[str, Any],
-             max_audio_seconds: float | None = None) -> TranscriptionResult:
+             max_audio_seconds: float | None = None,
+             one_window: bool = False) -> TranscriptionResult:
         from tensorplan.whisper.audio.decode import open_audio
 
         changes, printer = openai_args.split(overrides, TranscribeOptions.__dataclass_fields__)
@@ -115,14 +120,15 @@ class Session:
         samples = open_audio(audio, stream=opts.audio_stream,  # files streamed, arrays checked
                              max_seconds=max_audio_seconds)
         try:
-            return self._decode(samples, opts, on_segment, progress, vad_options)
+            return self._decode(samples, opts, on_segment, progress, vad_options, one_window)
         finally:
             if samples is not audio and hasattr(samples, "close"):  # a file being decoded
                 samples.close()
 
     def _decode(self, samples: Any, opts: TranscribeOptions,
                 on_segment: SegmentCallback | None, progress: ProgressCallback | None,
-                vad_options: VadOptions | None) -> TranscriptionResult:
+                vad_options: VadOptions | None, one_window: bool = False
+                ) -> TranscriptionResult:
         from tensorplan.whisper.audio.mel import MelFrames
 
         if opts.batch_size is not None:  # chunks cut at pauses over the whole file: read it
@@ -139,7 +145,7 @@ class Session:
         mel = MelFrames(samples, n_mels=self.whisper.dims.n_mels)
         aligner = WordAligner(self.state, opts) if opts.word_timestamps else None
         result = transcribe(self.state, mel, opts, on_segment=on_segment, progress=progress,
-                            aligner=aligner)
+                            aligner=aligner, one_window=one_window)
         return speech.restore(result) if speech is not None else result
 
     def _run_batched(self, samples: np.ndarray, opts: TranscribeOptions,

@@ -72,6 +72,24 @@ def test_an_unfinished_last_segment_is_dropped_and_decoded_again_from_its_start(
                                (2.5, 6.0, " bar world")]
 
 
+def test_one_window_keeps_the_unfinished_segment_and_encodes_once() -> None:
+    """A live partial update: the same first window, its text after the last pair kept
+    up to the window's end (not decoded again from a second window), and no more
+    windows even where the audio is longer than one."""
+    model, segments = run(
+        600, Window([ts(0), HELLO, ts(1), ts(1), FOO, ts(2.5), ts(2.5), BAR]),
+        one_window=True)
+    assert seeks(model) == [0]
+    assert spans(segments) == [(0.0, 1.0, " hello"), (1.0, 2.5, " foo"), (2.5, 6.0, " bar")]
+    model, segments = run(4000, Window([ts(0), HELLO, ts(1), ts(1), FOO, ts(2.5)]),
+                          one_window=True)  # 40 s of audio, a finished transcript
+    assert seeks(model) == [0]
+    assert spans(segments) == [(0.0, 1.0, " hello"), (1.0, 2.5, " foo")]
+    model, segments = run(4000, Window([ts(0), HELLO, ts(1), ts(1), FOO, ts(2.5), ts(2.5), BAR]),
+                          one_window=True)  # a whole window: the tail ends at 30 s
+    assert seeks(model) == [0] and spans(segments)[-1] == (2.5, 30.0, " bar")
+
+
 def test_each_window_is_zero_padded_to_3000_frames() -> None:
     model, _ = run(600, Window([ts(0), HELLO, ts(1), ts(1), FOO, ts(2.5), ts(2.5), BAR]),
                    Window([ts(0), BAR, ts(1)]))

@@ -25,7 +25,6 @@ import numpy as np
 from tensorplan.machine import computing, sharing
 from tensorplan.whisper.audio.chunks import AudioChunk, cut, join, pauses
 from tensorplan.whisper.audio.constants import (
-    FRAMES_PER_SECOND,
     HOP_LENGTH,
     N_FRAMES,
     N_SAMPLES,
@@ -247,7 +246,7 @@ class _Windows:
         chunk they stop short of (`remainder`), if any."""
         if self.cutter.is_silence(result):
             return [], None
-        decoded = self.with_tail(self.cutter.split_segments(window, result))
+        decoded = self.cutter.with_tail(self.cutter.split_segments(window, result))
         if self.options.word_timestamps:
             # a chunk's own aligner: remainders are aligned after later chunks, and the
             # aligner's floor (the last word's end) must not reach across chunks
@@ -298,26 +297,6 @@ class _Windows:
             self.segments.append(segment)
             if on_segment:
                 on_segment(segment)
-
-    def with_tail(self, decoded: WindowSegments) -> WindowSegments:
-        """The segments, and the text after the last timestamp pair as one more segment
-        up to the window's end: a sequential transcription seeks back to re-decode such
-        an unfinished segment in the next window, but a chunk has no next window (the
-        chunk's last sentence often ends in eot without its closing timestamp)."""
-        tokens, window = list(decoded.result.tokens), decoded.window
-        ts_begin = self.session.tokenizer.timestamp_begin
-        used = sum(len(s.tokens) for s in decoded.segments)
-        pairs = [i for i in range(len(tokens) - 1) if tokens[i] >= ts_begin <= tokens[i + 1]]
-        if not pairs or decoded.single_timestamp_ending:
-            return decoded  # the whole window is in the segments already
-        tail = tokens[pairs[-1] + 1 :]
-        if used >= len(tokens) or not any(t < ts_begin for t in tail):
-            return decoded
-        seconds = N_FRAMES // self.session.dims.n_audio_ctx / FRAMES_PER_SECOND
-        start = window.time_offset + (tail[0] - ts_begin) * seconds
-        last = self.cutter.segment(window, decoded.result, start,
-                                   window.time_offset + window.duration, tail)
-        return dataclasses.replace(decoded, segments=(*decoded.segments, last))
 
 
 class _NoFrames:

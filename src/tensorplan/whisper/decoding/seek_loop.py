@@ -94,7 +94,8 @@ def transcribe(model: DecodingSession, mel: np.ndarray | WindowSource,
                options: TranscribeOptions | None = None, *,
                on_segment: SegmentCallback | None = None,
                progress: ProgressCallback | None = None,
-               aligner: Aligner | None = None) -> TranscriptionResult:
+               aligner: Aligner | None = None,
+               one_window: bool = False) -> TranscriptionResult:
     """Transcribe audio of any length.
 
     mel : a log-mel array, shape = (n_mels, n_frames), computed from the audio followed by 30 s
@@ -103,10 +104,12 @@ def transcribe(model: DecodingSession, mel: np.ndarray | WindowSource,
     on_segment : called with each segment as soon as it is final.
     progress : called after each window with (frames done, frames in total).
     aligner : required for `options.word_timestamps` (see `Aligner`).
+    one_window : decode the first window only, its unfinished last segment kept (see
+        `SeekLoop`).
     """
     frames = PaddedMel(mel) if isinstance(mel, np.ndarray) else mel
     loop = SeekLoop(model, frames, options or TranscribeOptions(), aligner=aligner,
-                    on_segment=on_segment, progress=progress)
+                    on_segment=on_segment, progress=progress, one_window=one_window)
     return loop.run()
 
 
@@ -124,14 +127,21 @@ class PaddedMel:
 
 
 class SeekLoop:
-    """The state of one transcription: seek position, emitted tokens and segments."""
+    """The state of one transcription: seek position, emitted tokens and segments.
+
+    `one_window`: only the first window is decoded, and a transcript that stops after its
+    last timestamp pair keeps the text after it as one more segment (`with_tail`), where
+    the full loop drops it and decodes it again from the next window: one encoder pass,
+    for a caller that decodes the same audio again soon (a live stream's partial
+    update, whose words are committed only when the next update agrees)."""
 
     def __init__(self, model: DecodingSession, frames: WindowSource, options: TranscribeOptions, *,
                  aligner: Aligner | None = None, on_segment: SegmentCallback | None = None,
-                 progress: ProgressCallback | None = None):
+                 progress: ProgressCallback | None = None, one_window: bool = False):
         if options.word_timestamps and aligner is None:
             raise UserError("word_timestamps needs an aligner for word-level timing")
         self.model, self.frames, self.aligner = model, frames, aligner
+        self.one_window = one_window
         self.encoded: tuple[int, int] | None = None  # (seek, frames) the model holds now
         self.on_segment, self.progress = on_segment, progress
         self.tokenizer = model.tokenizer
@@ -168,12 +178,14 @@ class SeekLoop:
         self.n_windows += 1
         result, temperature = self.decode_with_fallback(self.prompt(), prefix)
         if self.is_silence(result):
-            return seek + window.n_frames
+            return clip_end if self.one_window else seek + window.n_frames
         decoded = self.split_segments(window, result)
+        if self.one_window:
+            decoded = self.with_tail(decoded)
         if self.aligner is not None:
             decoded = self.aligner(decoded)
         self.emit(decoded.segments, temperature)
-        return decoded.next_seek
+        return clip_end if self.one_window else decoded.next_seek
 
     # ---- the named steps ------------------------------------------------------------------
     def clips(self) -> list[tuple[int, int]]:
@@ -270,6 +282,27 @@ class SeekLoop:
                        temperature=result.temperature, avg_logprob=result.avg_logprob,
                        compression_ratio=result.compression_ratio,
                        no_speech_prob=result.no_speech_prob)
+
+    def with_tail(self, decoded: WindowSegments) -> WindowSegments:
+        """The segments, and the text after the last timestamp pair as one more segment up
+        to the window's end: the full loop seeks back to decode such an unfinished segment
+        again in the next window, which a caller decoding one window never has (a live
+        update's newest words; a batched chunk's last sentence, which often ends in eot
+        without its closing timestamp)."""
+        tokens, window = list(decoded.result.tokens), decoded.window
+        ts_begin = self.tokenizer.timestamp_begin
+        used = sum(len(s.tokens) for s in decoded.segments)
+        pairs = [i for i in range(len(tokens) - 1) if tokens[i] >= ts_begin <= tokens[i + 1]]
+        if not pairs or decoded.single_timestamp_ending:
+            return decoded  # the whole window is in the segments already
+        tail = tokens[pairs[-1] + 1 :]
+        if used >= len(tokens) or not any(t < ts_begin for t in tail):
+            return decoded
+        seconds = N_FRAMES // self.model.dims.n_audio_ctx / FRAMES_PER_SECOND
+        start = window.time_offset + (tail[0] - ts_begin) * seconds
+        last = self.segment(window, decoded.result, start,
+                            window.time_offset + window.duration, tail)
+        return dataclasses.replace(decoded, segments=(*decoded.segments, last))
 
     def emit(self, segments: Sequence[Segment], temperature: float) -> None:
         """Number and publish the segments that hold text; extend the prompt with them."""
