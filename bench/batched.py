@@ -13,7 +13,7 @@ everywhere (faster-whisper's batched default is off; it is turned on to match).
 
     python bench/batched.py [--seconds 400] [--repeats 3] [--model tiny.en]
         [--precisions int8,float32] [--beams 1,5] [--batches 0,4,8,16] [--json F]
-        [--peer-python /work/venv-bench/bin/python]
+        [--peer-python PYTHON]   # default: /work/venv-bench/bin/python, else this one
     python bench/batched.py --smoke    # tensorplan only, 40 s of speech, batch 4, once
 """
 
@@ -37,6 +37,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 JFK = ROOT / "samples" / "jfk.wav"
 THREADS = 2
+# a venv of faster-whisper alone (docs/performance.md), so its packages cannot differ from
+# what a user of faster-whisper gets; a fresh machine without it uses this interpreter
+PEER_VENV = Path("/work/venv-bench/bin/python")
 VOICES = ("en+f3", "en+m3", "en-us+f2", "en+m7", "en-gb+f4", "en-us+m2")
 RATES = (140, 155, 170, 185)
 SENTENCES = (
@@ -245,7 +248,9 @@ def main() -> None:
     ap.add_argument("--precisions", default="int8,float32")
     ap.add_argument("--beams", default="1,5")
     ap.add_argument("--batches", default="0,4,8,16")
-    ap.add_argument("--peer-python", default="/work/venv-bench/bin/python")
+    ap.add_argument("--peer-python", default=None,
+                    help="the interpreter that has faster-whisper (default: "
+                         f"{PEER_VENV} where it exists, else this one)")
     ap.add_argument("--json")
     args = ap.parse_args()
     if args.worker:
@@ -255,7 +260,8 @@ def main() -> None:
         args.seconds, args.repeats, args.precisions, args.beams = 40, 1, "int8", "1"
         args.batches = "4"
     impls = ["tensorplan"] if args.smoke else ["tensorplan", "faster-whisper"]
-    pythons = {"tensorplan": sys.executable, "faster-whisper": args.peer_python}
+    peer = args.peer_python or (str(PEER_VENV) if PEER_VENV.exists() else sys.executable)
+    pythons = {"tensorplan": sys.executable, "faster-whisper": peer}
     work = Path(tempfile.gettempdir()) / "tensorplan-bench"
     work.mkdir(exist_ok=True)
     samples, reference = synthesize(args.seconds, args.seed, work)
