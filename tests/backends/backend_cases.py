@@ -453,6 +453,13 @@ CASES: list[Case] = [
     Case("attention-blocks", (Arg((1, 1000, 8)), Arg((1, 300, 8)), Arg((1, 300, 4))),
          lambda q, k, v: ops.attention(q, k, v, scale=0.7),
          lambda q, k, v: _attention(q, k, v, 0.7)),
+    # empty axes: no queries, no key width (every key scores 0: the mean of v), no values
+    *(Case(f"attention-empty-{axis}", tuple(Arg(a) for a in shapes),
+           lambda q, k, v: ops.attention(q, k, v, scale=0.5),
+           lambda q, k, v: _attention(q, k, v, 0.5))
+      for axis, shapes in (("m", ((2, 0, 4), (2, 5, 4), (2, 5, 3))),
+                           ("d", ((2, 3, 0), (2, 5, 0), (2, 5, 3))),
+                           ("e", ((2, 3, 4), (2, 5, 4), (2, 5, 0))))),
     # the bfloat16 hint (taken by the torch backend on CPUs with AMX)
     Case("attention-bf16", (Arg((2, 6, 8)), Arg((2, 9, 8)), Arg((2, 9, 5))),
          lambda q, k, v: ops.attention(q, k, v, scale=0.35, precision="bfloat16"),

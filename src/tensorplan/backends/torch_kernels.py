@@ -14,6 +14,7 @@ missing here, runs its numpy kernel (torch_cpu.py chooses).
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -109,7 +110,8 @@ def attention(out: torch.Tensor, srcs: Sequence[torch.Tensor], params: Mapping[s
     1-2 threads, this project's 2-core Sapphire Rapids). Its CPU kernel takes the fast
     path for 4-D operands only (3-D ones ran 3-5x slower), so the batch axes are folded
     into one. `dtype`: the operands rounded to it first (bfloat16: see attention_bf16)."""
-    q, k, v = (t.reshape(1, -1, *t.shape[-2:]) for t in srcs)
+    n = math.prod(srcs[0].shape[:-2])  # not -1: ambiguous where an axis is empty
+    q, k, v = (t.reshape(1, n, *t.shape[-2:]) for t in srcs)
     if dtype is not None:
         q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
     o = torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=params["scale"])

@@ -82,7 +82,8 @@ class Session:
         duration before decoding, else while the first pass counts its samples.
         `one_window`: decode the first 30 s window only, in one encoder pass, keeping the
         text after its last timestamp pair as a segment (for a caller that decodes the
-        same audio again soon: a live stream's partial update)."""
+        same audio again soon: a live stream's partial update); with clip_timestamps, the
+        first clip's first window; not with batch_size (UserError)."""
         if self.closed:  # its memory is gone: say so, not a missing buffer deep inside
             raise RuntimeError("this Session is closed: make a new one with model.session()")
         if not self._busy.acquire(blocking=False):
@@ -112,6 +113,9 @@ class Session:
         opts = dataclasses.replace(options or TranscribeOptions(), **changes)
         if printer is not None:  # verbose=True: openai's line per segment, then the caller's
             on_segment = _both(printer, on_segment)
+        if one_window and opts.batch_size is not None:
+            raise UserError("one_window decodes the first window only; batch_size decodes "
+                            "every chunk of the file in batches: choose one")
         if opts.batch_size is not None:  # refused before a byte is decoded
             from tensorplan.whisper.decoding.batched import group_size
 

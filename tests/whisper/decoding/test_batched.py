@@ -366,3 +366,10 @@ def test_an_aligned_end_short_of_speech_starts_no_rest(tiny, jfk_audio, monkeypa
     assert len(plain.text.split()) == 22
     # trusted, the rest's words come a second time
     assert (result.text == plain.text) is not trusted
+
+
+def test_one_window_and_batches_are_refused_together(tiny, jfk_audio) -> None:
+    """A live update's one window and the batched pipeline's many chunks contradict each
+    other: one clear error before anything is decoded, not one of them silently dropped."""
+    with tiny.session() as session, pytest.raises(UserError, match="one_window"):
+        session.transcribe(jfk_audio, batch_size=2, one_window=True)

@@ -88,6 +88,9 @@ def test_one_window_keeps_the_unfinished_segment_and_encodes_once() -> None:
     model, segments = run(4000, Window([ts(0), HELLO, ts(1), ts(1), FOO, ts(2.5), ts(2.5), BAR]),
                           one_window=True)  # a whole window: the tail ends at 30 s
     assert seeks(model) == [0] and spans(segments)[-1] == (2.5, 30.0, " bar")
+    model, segments = run(4000, Window([ts(0), HELLO, ts(1)]), one_window=True,
+                          options=dataclasses.replace(GREEDY, clip_timestamps=(0, 5, 12, 20)))
+    assert seeks(model) == [0] and spans(segments) == [(0.0, 1.0, " hello")]  # no 2nd clip
 
 
 def test_each_window_is_zero_padded_to_3000_frames() -> None:

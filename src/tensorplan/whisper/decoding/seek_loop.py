@@ -166,6 +166,8 @@ class SeekLoop:
                 seek = self.step(seek, clip_end)
                 if self.progress:
                     self.progress(min(seek, self.content_frames), self.content_frames)
+            if self.one_window and self.n_windows:
+                break  # the first window only, whatever clips come after it
         text_tokens = [t for s in self.segments for t in s.tokens]
         return TranscriptionResult(text=self.tokenizer.decode(text_tokens),
                                    segments=tuple(self.segments), language=self.language,
