@@ -449,8 +449,8 @@ CASES: list[Case] = [
     Case("attention-heads", (Arg((10, 3 * 12)),), lambda x: ops.attention(
         *(_heads(x, i * 12, 3, 4) for i in range(3)), scale=0.5),
         lambda x: _attention(*(_np_heads(x, i * 12, 3, 4) for i in range(3)), 0.5)),
-    # more query rows than one block of scores (kernels.WIDEN_BLOCK elements) holds
-    Case("attention-blocks", (Arg((1, 1000, 8)), Arg((1, 300, 8)), Arg((1, 300, 4))),
+    # more query rows than one block of scores (kernels.ATTENTION_BLOCK elements) holds
+    Case("attention-blocks", (Arg((1, 300, 8)), Arg((1, 16_000, 8)), Arg((1, 16_000, 4))),
          lambda q, k, v: ops.attention(q, k, v, scale=0.7),
          lambda q, k, v: _attention(q, k, v, 0.7)),
     # empty axes: no queries, no key width (every key scores 0: the mean of v), no values

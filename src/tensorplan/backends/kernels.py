@@ -29,6 +29,10 @@ Index = tuple[int | slice, ...]
 BLOCK = 1 << 15  # elements per block: 128 KiB of float32 scratch stays in L2
 WIDEN_BLOCK = 1 << 18  # elements of a float16 weight widened to float32 at a time (1 MiB)
 CONV_BLOCK = 1 << 18  # elements of conv2d's per-block im2col columns (1 MiB of float32)
+# elements of attention scores in hand (16 MiB of float32): a whole head of Whisper's
+# encoder (1500 x 1500, 9 MB, what its planned score tensor held before the op was fused).
+# Blocks of 1 MiB made an encoder window 15-25% slower (the softmax's scratch per block)
+ATTENTION_BLOCK = 1 << 22
 
 
 # ---- blocks and scratch -------------------------------------------------------------------
@@ -351,10 +355,11 @@ def qmatmul(out: np.ndarray, srcs: Sequence[np.ndarray], params: Mapping[str, An
 def attention(out: np.ndarray, srcs: Sequence[np.ndarray], params: Mapping[str, Any]) -> None:
     """softmax(q @ k^T * scale) @ v per batch index, as matmul, softmax and matmul would
     compute it (the reference ignores precision), a block of q's rows at a time: the
-    scores in hand are at most WIDEN_BLOCK elements (or one row), never (M, N)."""
+    scores in hand are at most ATTENTION_BLOCK elements (or one row), the kernel's one
+    scratch allocation."""
     q, k, v = srcs
     m, n = q.shape[-2], k.shape[-2]
-    step = max(1, WIDEN_BLOCK // max(n, 1))
+    step = max(1, ATTENTION_BLOCK // max(n, 1))
     scores = _Scratch(min(step, m) * n, _work_dtype(out.dtype))
     with threads.for_product(out.size * q.shape[-1] + q.size * n):
         for b in np.ndindex(*q.shape[:-2]):
