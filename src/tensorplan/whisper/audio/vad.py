@@ -107,7 +107,7 @@ class SileroVad:
     (12,630 windows) took 1.69 s one window per call and 0.75 s in runs of 128.
     """
 
-    def __init__(self, path: str | Path, threads: int = 1, *, sequence: bool | None = None):
+    def __init__(self, path: str | Path, *, sequence: bool | None = None):
         """path: `silero_vad.onnx`; sequence: use the sequence model beside it (None: when
         it is there)."""
         ort = _import_onnxruntime()
@@ -117,7 +117,7 @@ class SileroVad:
         # were no faster and took 1.4-2x the CPU time in runs, 4x in live appends, where
         # onnxruntime's idle worker spins between calls on a core the decoders need.
         opts.inter_op_num_threads = 1
-        opts.intra_op_num_threads = threads
+        opts.intra_op_num_threads = 1
         opts.log_severity_level = 3  # errors only: graph warnings mean nothing to a user
         run_of_windows = Path(path).parent / SEQUENCE_MODEL_FILE
         self.sequence = run_of_windows.is_file() if sequence is None else sequence

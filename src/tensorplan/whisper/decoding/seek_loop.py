@@ -162,12 +162,10 @@ class SeekLoop:
         seek = 0
         for clip_start, clip_end in self.clips():
             seek = max(seek, clip_start)
-            while seek < clip_end:
+            while seek < clip_end and not (self.one_window and self.n_windows):
                 seek = self.step(seek, clip_end)
                 if self.progress:
                     self.progress(min(seek, self.content_frames), self.content_frames)
-            if self.one_window and self.n_windows:
-                break  # the first window only, whatever clips come after it
         text_tokens = [t for s in self.segments for t in s.tokens]
         return TranscriptionResult(text=self.tokenizer.decode(text_tokens),
                                    segments=tuple(self.segments), language=self.language,
@@ -180,14 +178,14 @@ class SeekLoop:
         self.n_windows += 1
         result, temperature = self.decode_with_fallback(self.prompt(), prefix)
         if self.is_silence(result):
-            return clip_end if self.one_window else seek + window.n_frames
+            return seek + window.n_frames
         decoded = self.split_segments(window, result)
         if self.one_window:
             decoded = self.with_tail(decoded)
         if self.aligner is not None:
             decoded = self.aligner(decoded)
         self.emit(decoded.segments, temperature)
-        return clip_end if self.one_window else decoded.next_seek
+        return decoded.next_seek
 
     # ---- the named steps ------------------------------------------------------------------
     def clips(self) -> list[tuple[int, int]]:
