@@ -96,6 +96,38 @@ def test_a_word_inside_the_committed_span_is_not_new() -> None:
     assert la.tail == " fellow"
 
 
+def test_agreement_holds_words_both_hypotheses_guessed() -> None:
+    """Two decodes of a turn's first second agree on "Like your" at probabilities under
+    COMMIT_PROBABILITY: nothing is committed until a decode hears the words surely, and
+    then only up to the first word still guessed."""
+    la = LocalAgreement(commit_probability=0.3)
+    guess = [TimedWord(4.0, 4.3, " Like", 0.2), TimedWord(4.3, 4.6, " your", 0.25)]
+    la.insert(guess)
+    assert la.insert(guess) == [] and la.tail == " Like your"
+    sure = [TimedWord(4.0, 4.3, " Like", 0.9), TimedWord(4.3, 4.6, " your", 0.1),
+            TimedWord(4.6, 5.0, " country", 0.9)]
+    assert [w.text for w in la.insert(sure)] == [" Like"]  # one of the two was sure
+    assert la.tail == " your country"
+    # the end of the turn commits every word, however improbable
+    got = la.insert([TimedWord(4.3, 4.6, " your", 0.1), TimedWord(4.6, 5.0, " country", 0.9)],
+                    final=True)
+    assert [w.text for w in got] == [" your", " country"]
+
+
+def test_a_later_repeat_of_the_last_committed_word_is_no_anchor() -> None:
+    """After a trim the hypothesis starts past the committed "for you"; its "you" in "ask
+    what you" ends within a second of the committed one, but "ask what" before it were
+    said after the committed end, so it is not that "you" said again: nothing is dropped."""
+    la = LocalAgreement()
+    said = words((" can", 6.4, 6.8), (" do", 6.8, 7.0), (" for", 7.0, 7.3), (" you.", 7.3, 7.6))
+    la.insert(said)
+    la.insert(said)
+    assert la.committed_end == 7.6
+    la.insert(words((" ask", 7.7, 8.1), (" what", 8.1, 8.3), (" you", 8.3, 8.4),
+                    (" can", 8.4, 8.6)))
+    assert la.tail == " ask what you can"
+
+
 def test_force_commits_pending_words_that_end_in_time() -> None:
     la = LocalAgreement()
     la.insert(words((" a", 0, 1), (" b", 1, 2), (" c", 2, 3)))
@@ -310,6 +342,36 @@ class Windows:
         self.seconds.append(len(audio) / 16000)
         self.options.append(options)
         return Ns(segments=[])
+
+
+class Guessing:
+    """A session that hears the same two words in every update, each at probability 0.2."""
+
+    def transcribe(self, audio: np.ndarray, options: Any, one_window: bool = False) -> Any:
+        from types import SimpleNamespace as Ns
+
+        said = (Word(" Like", 0.3, 0.6, 0.2), Word(" your", 0.6, 0.9, 0.2))
+        return Ns(segments=[Ns(words=said, end=0.9)])
+
+
+@needs_vad
+@pytest.mark.parametrize("commit_probability, committed", [(None, ""), (0.0, "Like your")])
+def test_partial_updates_commit_no_guess_unless_told_to(jfk: np.ndarray,
+                                                        commit_probability: float | None,
+                                                        committed: str) -> None:
+    """Updates that keep hearing the same words at probability 0.2 commit none of them
+    with the default floor (0.3); with the floor at 0 (whisper_streaming's agreement) the
+    second update commits them."""
+    events: list[Any] = []
+    options = GREEDY if commit_probability is None else LiveOptions(
+        decoding=GREEDY.decoding, commit_probability=commit_probability)
+    stream, session = LiveStream(options, None, events.extend), Guessing()
+    for i in range(0, 16000 * 2, 1600):
+        stream.append(jfk[i:i + 1600])
+        stream.update_all(session)
+    assert "".join(e.text for e in events if isinstance(e, Delta)) == committed
+    with pytest.raises(ValueError, match="commit_probability"):
+        LiveOptions(commit_probability=1.5)
 
 
 class Clock:

@@ -297,7 +297,8 @@ def _write(printer: Printer, out_dir: Path, name: str, formats: Any, language: s
     for e in printer.completed:
         if not e.words:
             continue
-        words = tuple(Word(w.text, round(w.start, 2), round(w.end, 2), 1.0) for w in e.words)
+        words = tuple(Word(w.text, round(w.start, 2), round(w.end, 2), round(w.probability, 4))
+                      for w in e.words)
         segments.append(Segment(id=len(segments), seek=0, start=words[0].start,
                                 end=words[-1].end, text=" " + e.transcript, tokens=(),
                                 temperature=0.0, avg_logprob=0.0, compression_ratio=0.0,

@@ -2,10 +2,12 @@
 
 Each update re-transcribes the turn's uncommitted audio (with some committed audio before
 it); the words of that hypothesis which start after the committed ones are compared with
-the previous hypothesis's, and their common prefix is committed, never to change. The rest
-is the tail: shown as uncertain, replaced by the next update. At the end of a turn every
-word of the last hypothesis is committed. (Macháček et al., "Turning Whisper into Real-Time
-Transcription System", 2023; whisper_streaming's HypothesisBuffer.)
+the previous hypothesis's, and their common prefix is committed, never to change, up to
+the first word that neither hypothesis heard with a probability of at least
+`commit_probability` (two decodes of the same short audio agree on the same guess). The
+rest is the tail: shown as uncertain, replaced by the next update. At the end of a turn
+every word of the last hypothesis is committed. (Macháček et al., "Turning Whisper into
+Real-Time Transcription System", 2023; whisper_streaming's HypothesisBuffer.)
 """
 
 from __future__ import annotations
@@ -13,11 +15,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from tensorplan.live.options import COMMIT_PROBABILITY
+
 # the committed words a hypothesis may repeat at its start (audio kept before the commit)
 MAX_OVERLAP_WORDS = 5
 # the last committed words found again in a hypothesis must end within this of where
 # they ended, to anchor it
 OVERLAP_WINDOW_S = 1.0
+# and every word before them must have been said by then, give or take this: "you" in
+# jfk's "ask what you" ends within a second of the committed "for you" but is new
+ANCHOR_SLACK_S = 0.3
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +32,7 @@ class TimedWord:
     start: float  # seconds of the stream
     end: float
     text: str  # as decoded, with its leading space
+    probability: float = 1.0  # the decode's, for the word (its tokens' mean)
 
 
 def normalized(text: str) -> str:
@@ -33,7 +41,8 @@ def normalized(text: str) -> str:
 
 
 class LocalAgreement:
-    def __init__(self) -> None:
+    def __init__(self, commit_probability: float = COMMIT_PROBABILITY) -> None:
+        self.commit_probability = commit_probability
         self.committed: list[TimedWord] = []  # of this turn
         self.pending: list[TimedWord] = []  # the last hypothesis after the committed words
 
@@ -53,7 +62,8 @@ class LocalAgreement:
         else:
             agreed = 0
             for old, word in zip(self.pending, new, strict=False):
-                if normalized(old.text) != normalized(word.text):
+                if normalized(old.text) != normalized(word.text) or \
+                        max(old.probability, word.probability) < self.commit_probability:
                     break
                 agreed += 1
         commit, self.pending = new[:agreed], new[agreed:]
@@ -79,7 +89,8 @@ class LocalAgreement:
         for n in range(min(MAX_OVERLAP_WORDS, len(self.committed)), 0, -1):
             tail = [normalized(w.text) for w in self.committed[-n:]]
             near = [i for i in range(len(words) - n + 1) if said[i:i + n] == tail
-                    and abs(words[i + n - 1].end - end) < OVERLAP_WINDOW_S]
+                    and abs(words[i + n - 1].end - end) < OVERLAP_WINDOW_S
+                    and all((w.start + w.end) / 2 <= end + ANCHOR_SLACK_S for w in words[:i])]
             if near:
                 i = min(near, key=lambda i: abs(words[i + n - 1].end - end))
                 return words[i + n:]

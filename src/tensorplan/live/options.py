@@ -19,6 +19,15 @@ TRIM_S = 12.0
 MAX_WINDOW_S = 24.0
 # committed text put in the prompt of the next decode (whisper_streaming's 200)
 PROMPT_CHARS = 200
+# agreement commits a word only where one of the two hypotheses heard it at least this
+# probably: from under a second of a turn tiny.en guesses ("Like your country" for "what
+# your country", at 0.12-0.41) and the next decode of about the same audio guesses alike.
+# 0.3 against none, bench/live_text.py: WER against the offline pass 0.200 -> 0.160 with
+# server VAD and 0.105 -> 0.082 with client commits, over its five clips; 0.4 and 0.5
+# held jfk's "ask" (0.23-0.32) in one long turn until a trim left it to a decode of 3 s
+# that lost six words. The cost is latency: at one stream jfk's words came a median 1.12
+# s after they were said instead of 0.84 s (p95 2.3 s instead of 1.2; docs/realtime.md)
+COMMIT_PROBABILITY = 0.3
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +64,9 @@ class LiveOptions:
     max_step_s: float = MAX_STEP_S
     trim_s: float = TRIM_S
     max_window_s: float = MAX_WINDOW_S
+    # agreement commits a word only where one of the two hypotheses heard it this probably
+    # (0: every agreed word, as whisper_streaming)
+    commit_probability: float = COMMIT_PROBABILITY
     # partial updates decode greedily at the first temperature; the turn's last decode
     # uses `decoding` whole (beams, fallback). False: every update uses `decoding`.
     greedy_updates: bool = True
@@ -66,6 +78,8 @@ class LiveOptions:
     def __post_init__(self) -> None:
         if not 0 < self.min_step_s <= self.max_step_s <= self.trim_s < self.max_window_s <= 29:
             raise ValueError("need 0 < min_step_s <= max_step_s <= trim_s < max_window_s <= 29")
+        if not 0 <= self.commit_probability <= 1:
+            raise ValueError("commit_probability must be between 0 and 1")
 
     def transcribe_options(self, prompt: str | None, final: bool = True) -> TranscribeOptions:
         """One update's options: one window, word times, the prompt given. A partial

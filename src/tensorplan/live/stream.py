@@ -33,7 +33,13 @@ from tensorplan.live.events import (
     SpeechStopped,
     Tail,
 )
-from tensorplan.live.options import PROMPT_CHARS, SAMPLE_RATE, LiveOptions, TurnDetection
+from tensorplan.live.options import (
+    COMMIT_PROBABILITY,
+    PROMPT_CHARS,
+    SAMPLE_RATE,
+    LiveOptions,
+    TurnDetection,
+)
 from tensorplan.live.speech import SpeechProbability, TurnDetector
 from tensorplan.whisper.audio.vad import WINDOW_SAMPLES
 from tensorplan.whisper.result import IMPROBABLE_WORD, Word, scored_words
@@ -66,7 +72,8 @@ def hallucinated(words: list[Word]) -> bool:
 
 
 class Turn:
-    def __init__(self, number: int, start: int, audio: np.ndarray) -> None:
+    def __init__(self, number: int, start: int, audio: np.ndarray,
+                 commit_probability: float = COMMIT_PROBABILITY) -> None:
         self.number = number
         self.start = start  # stream sample where the turn began
         self.offset = start  # stream sample of audio[0] (moves as the front is trimmed)
@@ -78,7 +85,7 @@ class Turn:
         self.dropped = False
         self.speech_windows = 0
         self.speech_end = start  # stream sample: the end of its last speech window
-        self.agreement = LocalAgreement()
+        self.agreement = LocalAgreement(commit_probability)
         self.text = ""  # the deltas sent, joined
         self.tail = ""
 
@@ -243,7 +250,7 @@ class LiveStream:
 
     def _open(self, start: int, audio: np.ndarray) -> Turn:
         self._numbers += 1
-        turn = Turn(self._numbers, start, audio)
+        turn = Turn(self._numbers, start, audio, self.options.commit_probability)
         self._current = turn
         self._turns.append(turn)
         return turn
@@ -403,7 +410,7 @@ class LiveStream:
             while turn_pieces and hallucinated(turn_pieces[-1]):
                 turn_pieces.pop()
             shift = turn.offset_s - start / SAMPLE_RATE
-            heard.append([TimedWord(w.start + shift, w.end + shift, w.word)
+            heard.append([TimedWord(w.start + shift, w.end + shift, w.word, w.probability)
                           for piece in turn_pieces for w in piece
                           if w.start + shift <= turn.speech_end / SAMPLE_RATE + AFTER_SPEECH_S])
         return heard
