@@ -114,6 +114,20 @@ def test_agreement_holds_words_both_hypotheses_guessed() -> None:
     assert [w.text for w in got] == [" your", " country"]
 
 
+def test_an_unsure_word_waits_only_so_long() -> None:
+    """A word heard unsurely every time (a rare name) is committed once UNSURE_HOLD_S of
+    audio after it was decoded, and the sure words after it with it, in one long turn."""
+    from tensorplan.live.options import UNSURE_HOLD_S
+
+    la = LocalAgreement(commit_probability=0.3)
+    said = [TimedWord(1.0, 1.5, " Moffitt", 0.1), TimedWord(1.5, 2.0, " said", 0.9)]
+    la.insert(said, heard_until=2.5)
+    assert la.insert(said, heard_until=3.0) == []
+    assert la.insert(said, heard_until=1.5 + UNSURE_HOLD_S - 0.1) == []
+    got = la.insert(said, heard_until=1.5 + UNSURE_HOLD_S + 0.1)
+    assert [w.text for w in got] == [" Moffitt", " said"]
+
+
 def test_a_later_repeat_of_the_last_committed_word_is_no_anchor() -> None:
     """After a trim the hypothesis starts past the committed "for you"; its "you" in "ask
     what you" ends within a second of the committed one, but "ask what" before it were

@@ -4,9 +4,10 @@ Each update re-transcribes the turn's uncommitted audio (with some committed aud
 it); the words of that hypothesis which start after the committed ones are compared with
 the previous hypothesis's, and their common prefix is committed, never to change, up to
 the first word that neither hypothesis heard with a probability of at least
-`commit_probability` (two decodes of the same short audio agree on the same guess). The
-rest is the tail: shown as uncertain, replaced by the next update. At the end of a turn
-every word of the last hypothesis is committed. (Macháček et al., "Turning Whisper into
+`commit_probability` (two decodes of the same short audio agree on the same guess) that
+ends within UNSURE_HOLD_S of the audio decoded. The rest is the tail: shown as uncertain,
+replaced by the next update. At the end of a turn every word of the last hypothesis is
+committed. (Macháček et al., "Turning Whisper into
 Real-Time Transcription System", 2023; whisper_streaming's HypothesisBuffer.)
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from tensorplan.live.options import COMMIT_PROBABILITY
+from tensorplan.live.options import COMMIT_PROBABILITY, UNSURE_HOLD_S
 
 # the committed words a hypothesis may repeat at its start (audio kept before the commit)
 MAX_OVERLAP_WORDS = 5
@@ -54,16 +55,22 @@ class LocalAgreement:
     def tail(self) -> str:
         return "".join(w.text for w in self.pending)
 
-    def insert(self, hypothesis: list[TimedWord], final: bool = False) -> list[TimedWord]:
-        """Take the next hypothesis; the words it commits (all of them when `final`)."""
+    def insert(self, hypothesis: list[TimedWord], final: bool = False,
+               heard_until: float | None = None) -> list[TimedWord]:
+        """Take the next hypothesis, of audio up to `heard_until` (stream seconds; None:
+        its last word's end); the words it commits (all of them when `final`)."""
         new = self._after_committed(hypothesis)
+        if heard_until is None:
+            heard_until = max((w.end for w in hypothesis), default=0.0)
         if final:
             agreed = len(new)
         else:
             agreed = 0
             for old, word in zip(self.pending, new, strict=False):
-                if normalized(old.text) != normalized(word.text) or \
-                        max(old.probability, word.probability) < self.commit_probability:
+                if normalized(old.text) != normalized(word.text):
+                    break
+                unsure = max(old.probability, word.probability) < self.commit_probability
+                if unsure and word.end > heard_until - UNSURE_HOLD_S:
                     break
                 agreed += 1
         commit, self.pending = new[:agreed], new[agreed:]

@@ -23,11 +23,15 @@ PROMPT_CHARS = 200
 # probably: from under a second of a turn tiny.en guesses ("Like your country" for "what
 # your country", at 0.12-0.41) and the next decode of about the same audio guesses alike.
 # 0.3 against none, bench/live_text.py: WER against the offline pass 0.200 -> 0.160 with
-# server VAD and 0.105 -> 0.082 with client commits, over its five clips; 0.4 and 0.5
+# server VAD and 0.105 -> 0.079 with client commits, over its five clips; 0.4 and 0.5
 # held jfk's "ask" (0.23-0.32) in one long turn until a trim left it to a decode of 3 s
 # that lost six words. The cost is latency: at one stream jfk's words came a median 1.12
 # s after they were said instead of 0.84 s (p95 2.3 s instead of 1.2; docs/realtime.md)
 COMMIT_PROBABILITY = 0.3
+# but no longer than until this much audio after it was decoded: in one long turn (client
+# commits) a word heard unsurely every time (a rare name) would otherwise hold every word
+# after it until the 24 s buffer forced them out
+UNSURE_HOLD_S = 6.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -362,7 +362,8 @@ class LiveStream:
                 return span
             turn.decoded = target
             if not final:
-                events = self._delta(turn, turn.agreement.insert(heard[0], False))
+                events = self._delta(turn, turn.agreement.insert(heard[0], False,
+                                                                   offset_s + span))
                 events += self._trim(turn, segment_ends, offset_s + span)
                 events += self._tail(turn)
             else:
