@@ -369,13 +369,13 @@ class Guessing:
 
 
 @needs_vad
-@pytest.mark.parametrize("commit_probability, committed", [(None, ""), (0.0, "Like your")])
+@pytest.mark.parametrize("commit_probability, committed", [(0.3, ""), (None, "Like your")])
 def test_partial_updates_commit_no_guess_unless_told_to(jfk: np.ndarray,
                                                         commit_probability: float | None,
                                                         committed: str) -> None:
     """Updates that keep hearing the same words at probability 0.2 commit none of them
-    with the default floor (0.3); with the floor at 0 (whisper_streaming's agreement) the
-    second update commits them."""
+    with a floor of 0.3; by default (no floor: whisper_streaming's agreement) the second
+    update commits them."""
     events: list[Any] = []
     options = GREEDY if commit_probability is None else LiveOptions(
         decoding=GREEDY.decoding, commit_probability=commit_probability)

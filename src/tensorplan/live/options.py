@@ -26,8 +26,12 @@ PROMPT_CHARS = 200
 # server VAD and 0.105 -> 0.079 with client commits, over its five clips; 0.4 and 0.5
 # held jfk's "ask" (0.23-0.32) in one long turn until a trim left it to a decode of 3 s
 # that lost six words. The cost is latency: at one stream jfk's words came a median 1.12
-# s after they were said instead of 0.84 s (p95 2.3 s instead of 1.2; docs/realtime.md)
-COMMIT_PROBABILITY = 0.3
+# s after they were said instead of 0.84 s (p95 2.3 s instead of 1.2; docs/realtime.md).
+# Off by default (whisper_streaming's agreement) until a trim keeps context before a held
+# word: at 0.3 CI's browser test, paced in real time, lost jfk's "ask what you can do for"
+# in that way once. LiveOptions(commit_probability=SURE_PROBABILITY) turns it on.
+SURE_PROBABILITY = 0.3
+COMMIT_PROBABILITY = 0.0
 # but no longer than until this much audio after it was decoded: in one long turn (client
 # commits) a word heard unsurely every time (a rare name) would otherwise hold every word
 # after it until the 24 s buffer forced them out
