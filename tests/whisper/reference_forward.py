@@ -82,7 +82,7 @@ class Reference:
             )
         )
         x = gelu(conv1d(x, self.p("encoder/conv2/weight"), self.p("encoder/conv2/bias"), 2)).T
-        x = x + self.p("encoder/position_encodings/encodings")
+        x = x + self.p("encoder/position_encodings/encodings")[: len(x)]  # narrowed: the first
         for i in range(self.n_layers("encoder")):
             pre = f"encoder/layer_{i}"
             h = self.ln(x, f"{pre}/self_attention/layer_norm")

@@ -76,6 +76,7 @@ class Session:
                    vad_options: VadOptions | None = None,
                    max_audio_seconds: float | None = None,
                    one_window: bool = False,
+                   window_s: float | None = None,
                    **overrides: Any) -> TranscriptionResult:
         """Transcribe a file path or 16 kHz mono samples (see Whisper.transcribe).
         `max_audio_seconds`: AudioTooLongError for longer audio, from the file's declared
@@ -83,7 +84,10 @@ class Session:
         `one_window`: decode the first 30 s window only, in one encoder pass, keeping the
         text after its last timestamp pair as a segment (for a caller that decodes the
         same audio again soon: a live stream's partial update); with clip_timestamps, the
-        first clip's first window; not with batch_size (UserError)."""
+        first clip's first window; not with batch_size (UserError).
+        `window_s`: decode in windows of this many seconds instead of 30 (a narrowed
+        encoder, WhisperModel.narrowed: for audio much shorter than 30 s, at some cost in
+        accuracy; a live stream's updates); a multiple of 0.02 below 30."""
         if self.closed:  # its memory is gone: say so, not a missing buffer deep inside
             raise RuntimeError("this Session is closed: make a new one with model.session()")
         if not self._busy.acquire(blocking=False):
@@ -95,7 +99,7 @@ class Session:
                 self.dirty = False
             try:
                 return self._run(audio, options, on_segment, progress, vad_options, overrides,
-                                 max_audio_seconds, one_window)
+                                 max_audio_seconds, one_window, window_s)
             except BaseException:
                 self.dirty = True
                 raise
@@ -106,7 +110,7 @@ class Session:
              on_segment: SegmentCallback | None, progress: ProgressCallback | None,
              vad_options: VadOptions | None, overrides: dict[str, Any],
              max_audio_seconds: float | None = None,
-             one_window: bool = False) -> TranscriptionResult:
+             one_window: bool = False, window_s: float | None = None) -> TranscriptionResult:
         from tensorplan.whisper.audio.decode import open_audio
 
         changes, printer = openai_args.split(overrides, TranscribeOptions.__dataclass_fields__)
@@ -116,6 +120,10 @@ class Session:
         if one_window and opts.batch_size is not None:
             raise UserError("one_window decodes the first window only; batch_size decodes "
                             "every chunk of the file in batches: choose one")
+        if window_s is not None and opts.batch_size is not None:
+            raise UserError("window_s narrows the windows of one transcription; batch_size "
+                            "decodes 30 s chunks in batches: choose one")
+        n_audio_ctx = None if window_s is None else _positions(window_s, self.whisper.dims)
         if opts.batch_size is not None:  # refused before a byte is decoded
             from tensorplan.whisper.decoding.batched import group_size
 
@@ -124,15 +132,16 @@ class Session:
         samples = open_audio(audio, stream=opts.audio_stream,  # files streamed, arrays checked
                              max_seconds=max_audio_seconds)
         try:
-            return self._decode(samples, opts, on_segment, progress, vad_options, one_window)
+            return self._decode(samples, opts, on_segment, progress, vad_options, one_window,
+                                n_audio_ctx)
         finally:
             if samples is not audio and hasattr(samples, "close"):  # a file being decoded
                 samples.close()
 
     def _decode(self, samples: Any, opts: TranscribeOptions,
                 on_segment: SegmentCallback | None, progress: ProgressCallback | None,
-                vad_options: VadOptions | None, one_window: bool = False
-                ) -> TranscriptionResult:
+                vad_options: VadOptions | None, one_window: bool = False,
+                n_audio_ctx: int | None = None) -> TranscriptionResult:
         from tensorplan.whisper.audio.mel import MelFrames
 
         if opts.batch_size is not None:  # chunks cut at pauses over the whole file: read it
@@ -147,8 +156,9 @@ class Session:
         # windows made on demand (two passes: the normalization needs the global max), so
         # long audio never holds its whole spectrogram; equal to openai's padded mel
         mel = MelFrames(samples, n_mels=self.whisper.dims.n_mels)
-        aligner = WordAligner(self.state, opts) if opts.word_timestamps else None
-        result = transcribe(self.state, mel, opts, on_segment=on_segment, progress=progress,
+        state = self.state if n_audio_ctx is None else self.state.narrowed(n_audio_ctx)
+        aligner = WordAligner(state, opts) if opts.word_timestamps else None
+        result = transcribe(state, mel, opts, on_segment=on_segment, progress=progress,
                             aligner=aligner, one_window=one_window)
         return speech.restore(result) if speech is not None else result
 
@@ -186,6 +196,17 @@ class Session:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _positions(window_s: float, dims: Dims) -> int:
+    """The encoder positions of a window of `window_s` seconds (0.02 s each)."""
+    from tensorplan.whisper.audio.constants import TIME_PRECISION
+
+    n = round(window_s / TIME_PRECISION)
+    if not (0 < n <= dims.n_audio_ctx and abs(n * TIME_PRECISION - window_s) < 1e-6):
+        raise ValueError(f"window_s must be a multiple of {TIME_PRECISION} s up to "
+                         f"{dims.n_audio_ctx * TIME_PRECISION:g}, got {window_s}")
+    return n
 
 
 def _both(first: SegmentCallback, then: SegmentCallback | None) -> SegmentCallback:

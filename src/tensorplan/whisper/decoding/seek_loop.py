@@ -25,7 +25,12 @@ from typing import Protocol
 import numpy as np
 
 from tensorplan.errors import UserError
-from tensorplan.whisper.audio.constants import FRAMES_PER_SECOND, N_FRAMES
+from tensorplan.whisper.audio.constants import (
+    FRAMES_PER_SECOND,
+    INPUT_STRIDE,
+    N_FRAMES,
+    TIME_PRECISION,
+)
 from tensorplan.whisper.decoding.window import (
     DecodingResult,
     DecodingSession,
@@ -146,6 +151,8 @@ class SeekLoop:
         self.on_segment, self.progress = on_segment, progress
         self.tokenizer = model.tokenizer
         self.content_frames = frames.n_frames
+        # mel frames per window: 3000, or fewer on a narrowed model (planned/model.py)
+        self.window_frames = INPUT_STRIDE * model.dims.n_audio_ctx
         self.language, self.language_probs = self._language(options)
         self.options = dataclasses.replace(options, language=self.language)
         n_prompt = model.dims.n_text_ctx // 2 - 1  # prompt tokens the decoder can take
@@ -173,7 +180,8 @@ class SeekLoop:
 
     def step(self, seek: int, clip_end: int) -> int:
         """Transcribe the window at `seek`; return the next seek."""
-        window = self.encode(seek, min(N_FRAMES, self.content_frames - seek, clip_end - seek))
+        window = self.encode(seek, min(self.window_frames, self.content_frames - seek,
+                                       clip_end - seek))
         prefix = self.options.prefix if self.n_windows == 0 else None
         self.n_windows += 1
         result, temperature = self.decode_with_fallback(self.prompt(), prefix)
@@ -194,9 +202,10 @@ class SeekLoop:
         return clip_spans(points, self.content_frames)
 
     def window(self, seek: int, n_frames: int) -> Window:
-        """Frames [seek, seek + n_frames) zero-padded (in the normalized domain) to 3000."""
+        """Frames [seek, seek + n_frames) zero-padded (in the normalized domain) to a
+        window (3000 frames)."""
         frames = self.frames.window(seek, n_frames)
-        mel = np.zeros((frames.shape[0], N_FRAMES), dtype=np.float32)
+        mel = np.zeros((frames.shape[0], self.window_frames), dtype=np.float32)
         mel[:, :n_frames] = frames
         return Window(seek, n_frames, mel)
 
@@ -249,11 +258,9 @@ class SeekLoop:
         is_ts = [t >= ts_begin for t in tokens]
         single_ending = is_ts[-2:] == [False, True]
         cuts = [i + 1 for i in range(len(tokens) - 1) if is_ts[i] and is_ts[i + 1]]
-        input_stride = N_FRAMES // self.model.dims.n_audio_ctx  # mel frames per timestamp: 2
-        seconds = input_stride / FRAMES_PER_SECOND  # 0.02 s per timestamp step
 
         def at(token: int) -> float:
-            return window.time_offset + (token - ts_begin) * seconds
+            return window.time_offset + (token - ts_begin) * TIME_PRECISION
 
         if not cuts:
             timestamps = [t for t in tokens if t >= ts_begin]
@@ -267,7 +274,7 @@ class SeekLoop:
             pieces = [tokens[a:b] for a, b in zip([0, *cuts], cuts, strict=False)]
             segments = [self.segment(window, result, at(p[0]), at(p[-1]), p) for p in pieces]
             next_seek = window.seek + (window.n_frames if single_ending else
-                                       (tokens[cuts[-1] - 1] - ts_begin) * input_stride)
+                                       (tokens[cuts[-1] - 1] - ts_begin) * INPUT_STRIDE)
         return WindowSegments(window, result, tuple(segments), next_seek, single_ending,
                               self.content_frames)
 
@@ -298,8 +305,7 @@ class SeekLoop:
         tail = tokens[pairs[-1] + 1 :]
         if used >= len(tokens) or not any(t < ts_begin for t in tail):
             return decoded
-        seconds = N_FRAMES // self.model.dims.n_audio_ctx / FRAMES_PER_SECOND
-        start = window.time_offset + (tail[0] - ts_begin) * seconds
+        start = window.time_offset + (tail[0] - ts_begin) * TIME_PRECISION
         last = self.segment(window, decoded.result, start,
                             window.time_offset + window.duration, tail)
         return dataclasses.replace(decoded, segments=(*decoded.segments, last))
@@ -325,7 +331,7 @@ class SeekLoop:
             return to_language_code(options.language), None
         if not self.model.is_multilingual:
             return "en", None
-        self.encode(0, min(N_FRAMES, self.content_frames))
+        self.encode(0, min(self.window_frames, self.content_frames))
         return detect_language(self.model, self.tokenizer)
 
     def encode(self, seek: int, n_frames: int) -> Window:

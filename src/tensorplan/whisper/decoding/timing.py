@@ -21,7 +21,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from tensorplan.errors import UserError
-from tensorplan.whisper.audio.constants import FRAMES_PER_SECOND, N_FRAMES
+from tensorplan.whisper.audio.constants import FRAMES_PER_SECOND
 from tensorplan.whisper.decoding.seek_loop import WindowSegments
 from tensorplan.whisper.options import (
     TranscribeOptions,
@@ -426,7 +426,8 @@ class WordAligner:
         threshold = self.options.hallucination_silence_threshold
         if threshold is None:
             return dataclasses.replace(decoded, next_seek=seek), False
-        if end is not None and (window.seek + N_FRAMES) / FRAMES_PER_SECOND - end <= threshold:
+        window_end_time = (window.seek + window.mel.shape[1]) / FRAMES_PER_SECOND
+        if end is not None and window_end_time - end <= threshold:
             seek = window.seek + window.n_frames  # too little left after the last word to redo
         first = next_words_segment(decoded.segments)
         if first is not None and is_segment_anomaly(first):
@@ -443,7 +444,7 @@ class WordAligner:
         both sides, and seek to it; a hallucination ending the audio ends the transcription."""
         window, segments = decoded.window, decoded.segments
         time_offset = window.time_offset
-        window_end_time = (window.seek + N_FRAMES) / FRAMES_PER_SECOND
+        window_end_time = (window.seek + window.mel.shape[1]) / FRAMES_PER_SECOND
         last_end = self.last_speech_timestamp
         for i, segment in enumerate(segments):
             if not segment.words:

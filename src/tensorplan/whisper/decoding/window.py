@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from tensorplan.whisper.audio.constants import CHUNK_LENGTH
+from tensorplan.whisper.audio.constants import TIME_PRECISION
 from tensorplan.whisper.limits import check_token_ids
 from tensorplan.whisper.options import DecodingOptions
 
@@ -462,9 +462,8 @@ class DecodingTask:
         if not options.without_timestamps:
             # paired, increasing timestamps; the first within max_initial_timestamp. The rules
             # treat a prefix (after its <|0.00|>) as already sampled text
-            precision = CHUNK_LENGTH / model.dims.n_audio_ctx  # 0.02 s per timestamp step
             max_initial = None if options.max_initial_timestamp is None else \
-                round(options.max_initial_timestamp / precision)
+                round(options.max_initial_timestamp / TIME_PRECISION)
             self.logit_filters.append(
                 ApplyTimestampRules(tokenizer, self.initial.content_begin, max_initial))
 

@@ -117,7 +117,10 @@ def build_conv(p: Params, dims: Dims) -> tuple[Tensor, Tensor]:
 
     x = conv_gelu(mel, 1, 1)  # (F, d)
     x = conv_gelu(ops.transpose(x), 2, 2)  # (A, d)
-    x = ops.add(x, p("encoder/position_encodings/encodings"), name="embd_conv")
+    pos = p("encoder/position_encodings/encodings")  # (1500, d)
+    if pos.shape[0] != dims.n_audio_ctx:  # a narrowed window: its first positions
+        pos = ops.view(pos, (dims.n_audio_ctx, pos.shape[1]))
+    x = ops.add(x, pos, name="embd_conv")
     return mel, x
 
 

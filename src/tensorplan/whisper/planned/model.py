@@ -10,6 +10,7 @@ word timestamps: teacher-forced alignment passes and their logits heads.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import threading
@@ -74,7 +75,8 @@ class WhisperModel:
                  plan: str = "joint", strategy: str = "offline", max_batch: int = 5,
                  kv_dtype: str = "float32", weights_dtype: str = "float32",
                  compute_type: str = "float32",
-                 cached_weights: Mapping[str, np.ndarray] | None = None) -> None:
+                 cached_weights: Mapping[str, np.ndarray] | None = None,
+                 _narrowing: tuple[WhisperModel, int] | None = None) -> None:
         if kv_dtype not in KV_DTYPES or weights_dtype not in WEIGHT_DTYPES:
             raise ValueError("kv_dtype and weights_dtype must be float32 or float16")
         if max_batch < 1:
@@ -85,10 +87,15 @@ class WhisperModel:
         self.backend = backend
         self.plan_mode, self.strategy, self.max_batch = plan, strategy, max_batch
         self.kv_dtype, self.weights_dtype, self.compute_type = kv_dtype, weights_dtype, compute_type
-        self.param = ComputeWeights(weights, backend, compute_type=compute_type,
-                                    weights_dtype=weights_dtype, cached=cached_weights)
-        self.templates = TemplateBufferType(backend.buffer_type)
-        self.kv_self = self._make_kv_self(max_batch)
+        if _narrowing is None:
+            self.param = ComputeWeights(weights, backend, compute_type=compute_type,
+                                        weights_dtype=weights_dtype, cached=cached_weights)
+            self.templates = TemplateBufferType(backend.buffer_type)
+            self.kv_self = self._make_kv_self(max_batch)
+        else:  # the same weights (their PARAM tensors) and self-attention caches
+            wide, n_audio_ctx = _narrowing
+            self.dims = dataclasses.replace(self.dims, n_audio_ctx=n_audio_ctx)
+            self.param, self.templates, self.kv_self = wide.param, wide.templates, wide.kv_self
         self.pipeline = Pipeline(self.templates, plan, strategy)
         self._build_window_graphs()
         self.decoders: dict[tuple[int, int, int], DecoderGraph] = {}
@@ -102,7 +109,33 @@ class WhisperModel:
         log.debug("planned compute bytes: %s", self.pipeline.compute_bytes())
         # batched transcription's graphs, planned on first use of a shape (window_batch.py)
         self._window_batches: dict[tuple[int, int], WindowBatch] = {}
+        self._narrowed: dict[int, WhisperModel] = {}
         self._planning = threading.Lock()
+
+    def narrowed(self, n_audio_ctx: int) -> WhisperModel:
+        """This model over shorter windows: n_audio_ctx encoder positions (2 mel frames,
+        20 ms each) instead of 1500, whisper.cpp's `audio_ctx`. The encoder's work shrinks
+        with the window (its attention quadratically) and so do the decoder's cross K/V,
+        for audio far shorter than 30 s, where the full window is mostly padding; Whisper
+        was trained on 30 s windows only, so what this costs in accuracy is measured per
+        use (docs/realtime.md). Same weights (their very PARAM tensors: no copy, no second
+        packing) and self-attention caches (a session binds those once for both); graphs
+        of its own, planned on first use under the planning lock."""
+        if n_audio_ctx == self.dims.n_audio_ctx:
+            return self
+        if not 0 < n_audio_ctx < self.dims.n_audio_ctx:
+            raise ValueError(f"a narrowed window needs 1 to {self.dims.n_audio_ctx - 1} "
+                             f"positions, got {n_audio_ctx}")
+        with self._planning:
+            model = self._narrowed.get(n_audio_ctx)
+            if model is None:
+                model = WhisperModel(
+                    self.param.stored, self.tokenizer, self.config, backend=self.backend,
+                    plan=self.plan_mode, strategy=self.strategy, max_batch=self.max_batch,
+                    kv_dtype=self.kv_dtype, weights_dtype=self.weights_dtype,
+                    compute_type=self.compute_type, _narrowing=(self, n_audio_ctx))
+                self._narrowed[n_audio_ctx] = model
+            return model
 
     @property
     def session_bytes(self) -> int:

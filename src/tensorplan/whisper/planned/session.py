@@ -10,12 +10,12 @@ a time; `reset()` zeroes its memory after a failed or non-finite run.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from tensorplan.backends.base import Executor, bind_templates
+from tensorplan.backends.base import Buffer, Executor, TemplateBuffer, bind_templates
 from tensorplan.tensor import Tensor
 from tensorplan.whisper.planned import graphs
 from tensorplan.whisper.planned.model import HEAD_ROWS, PROMPT_BUCKETS, DecoderGraph, WhisperModel
@@ -34,26 +34,53 @@ class NonFiniteError(FloatingPointError):
 
 
 class WhisperSession:
-    def __init__(self, model: WhisperModel) -> None:
+    def __init__(self, model: WhisperModel,
+                 shared: Mapping[TemplateBuffer, Buffer] | None = None) -> None:
+        """shared: buffers bound already, by the session of the model this one narrows
+        (its self-attention caches): used as they are, not allocated again."""
         self.model = model
         self.dims, self.tokenizer, self.config = model.dims, model.tokenizer, model.config
         self.is_multilingual = model.is_multilingual
-        self.buffers = bind_templates(model.backend.buffer_type, model.session_buffers)
+        self._shared = dict(shared or {})
+        self.buffers = self._bind()
         self.executor = model.backend.executor(self.buffers)
         self._aligning: Executor | None = None  # made by the first word alignment
         self._batches: dict[WindowBatch, Executor] = {}  # bound on first use of each
+        self._narrowed: dict[int, WhisperSession] = {}  # made on first use of each
+
+    def _bind(self) -> dict[TemplateBuffer, Buffer]:
+        own = [t for t in self.model.session_buffers if t not in self._shared]
+        return {**bind_templates(self.model.backend.buffer_type, own),
+                **{t: b for t, b in self._shared.items() if t in self.model.session_buffers}}
 
     @property
     def nbytes(self) -> int:
-        return sum(b.size for b in self.buffers.values())
+        """The bytes this session holds, its narrowed sessions' own included."""
+        mine = {id(b): b.size for b in self.buffers.values()}
+        for narrow in self._narrowed.values():
+            mine.update({id(b): b.size for b in narrow.buffers.values()})
+        return sum(mine.values())
+
+    def narrowed(self, n_audio_ctx: int) -> WhisperSession:
+        """This session over the model's narrowed windows (WhisperModel.narrowed): a
+        session of that model bound on first use, sharing this one's self-attention
+        caches; one thread uses the two, one run at a time."""
+        model = self.model.narrowed(n_audio_ctx)
+        if model is self.model:
+            return self
+        narrow = self._narrowed.get(n_audio_ctx)
+        if narrow is None:
+            narrow = self._narrowed[n_audio_ctx] = WhisperSession(model, self.buffers)
+        return narrow
 
     def reset(self) -> None:
         """Fresh zeroed memory for this session: nothing of an earlier run can leak into the
         next (a NaN left in a KV row beyond the mask still poisons 0 * NaN)."""
-        self.buffers = bind_templates(self.model.backend.buffer_type, self.model.session_buffers)
+        self.buffers = self._bind()
         self.executor = self.model.backend.executor(self.buffers)
         self._aligning = None
         self._batches = {}
+        self._narrowed = {}  # they shared the old caches: made again on use
 
     def close(self) -> None:
         """Let go of this session's memory: its executors held the buffers too, so only
@@ -61,6 +88,9 @@ class WhisperSession:
         self.buffers = {}
         self.executor = self.model.backend.executor({})
         self._aligning = None
+        for narrow in self._narrowed.values():
+            narrow.close()
+        self._narrowed = {}
 
     def release_batches(self) -> None:
         """Drop the window batches' buffers this session bound (their KV caches and
