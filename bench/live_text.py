@@ -23,6 +23,7 @@ docs/realtime.md.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import tempfile
 from pathlib import Path
@@ -35,11 +36,11 @@ import live as clips_of  # noqa: E402 - bench/live.py: its clips and WER, one ho
 PIECE = 1600  # 100 ms at 16 kHz, as bench/live.py sends
 
 
-def transcript(model: Any, audio: Any, detection: Any) -> str:
-    from tensorplan.live import Completed, LiveOptions, LiveStream
+def transcript(model: Any, audio: Any, detection: Any, options: Any) -> str:
+    from tensorplan.live import Completed, LiveStream
 
     events: list[Any] = []
-    stream = LiveStream(LiveOptions(), detection, events.extend)
+    stream = LiveStream(options, detection, events.extend)
     with model.session() as session:
         for i in range(0, len(audio), PIECE):
             stream.append(audio[i:i + PIECE])
@@ -57,18 +58,18 @@ class Clock:
         return self.now
 
 
-def transcript_on_slow_machine(model: Any, audio: Any, detection: Any, factor: float,
-                               seed: int) -> str:
+def transcript_on_slow_machine(model: Any, audio: Any, detection: Any, options: Any,
+                               factor: float, seed: int) -> str:
     """Audio comes a piece every 100 ms of the clock; one worker decodes whenever the
     stream has work, each decode holding it for `factor` x (0.3 + seconds / 10), jittered."""
     import random
 
-    from tensorplan.live import Completed, LiveOptions, LiveStream
+    from tensorplan.live import Completed, LiveStream
 
     jitter = random.Random(seed)
     events: list[Any] = []
     clock = Clock()
-    stream = LiveStream(LiveOptions(), detection, events.extend, clock=clock)
+    stream = LiveStream(options, detection, events.extend, clock=clock)
     pieces = [audio[i:i + PIECE] for i in range(0, len(audio), PIECE)]
     free_at, sent = 0.0, 0
     with model.session() as session:
@@ -98,11 +99,19 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=8, help="runs per slow machine")
     ap.add_argument("--no-anomaly-filter", action="store_true",
                     help="keep segments whose words look hallucinated (the 'before')")
+    ap.add_argument("--narrow-window", type=float, default=None,
+                    help="LiveOptions.narrow_window_s (0: every decode on 30 s windows)")
+    ap.add_argument("--no-narrow-finals", action="store_true",
+                    help="a turn's last decode on 30 s windows (LiveOptions.narrow_finals)")
     args = ap.parse_args()
 
     import tensorplan.live.stream as live_stream
-    from tensorplan.live import TurnDetection
+    from tensorplan.live import LiveOptions, TurnDetection
     from tensorplan.whisper import load_model
+
+    options = LiveOptions(narrow_finals=not args.no_narrow_finals)
+    if args.narrow_window is not None:
+        options = dataclasses.replace(options, narrow_window_s=args.narrow_window or None)
 
     rule = live_stream.hallucinated
     dropped: list[str] = []
@@ -125,9 +134,10 @@ def main() -> None:
             clips = clips_of.make_clips(seconds, Path(work))
         for clip in clips if seconds == lengths[0] else clips[:1]:  # jfk once
             for name, detection in (("server VAD", TurnDetection()), ("commit", None)):
-                runs = [("fast", [transcript(model, clip.audio, detection)])]
+                runs = [("fast", [transcript(model, clip.audio, detection, options)])]
                 runs += [(f"slow x{f:g}", [transcript_on_slow_machine(
-                    model, clip.audio, detection, f, seed) for seed in range(args.seeds)])
+                    model, clip.audio, detection, options, f, seed)
+                    for seed in range(args.seeds)])
                     for f in slow if detection]
                 for machine, texts in runs:
                     ref, offline = (sum(clips_of.wer(truth, t) for t in texts) / len(texts)

@@ -30,6 +30,7 @@ from tensorplan.live import (
 from tensorplan.live.agreement import LocalAgreement, TimedWord
 from tensorplan.live.events import Failed
 from tensorplan.live.pcm import PcmDecoder
+from tensorplan.live.stream import hallucinated
 from tensorplan.whisper.options import TranscribeOptions
 from tensorplan.whisper.result import Word
 
@@ -150,6 +151,20 @@ def test_force_commits_pending_words_that_end_in_time() -> None:
 
 
 # --- raw audio
+
+
+def test_a_decode_samples_tokens_in_proportion_to_its_audio() -> None:
+    """16 + 10 a second (speech is 3-6): a loop stops early; long audio keeps the
+    default bound, and so does a smaller bound of the caller's."""
+    options = LiveOptions()
+    assert options.transcribe_options("", False, 1.0).sample_len == 26
+    assert options.transcribe_options("", True, 2.55).sample_len == 42
+    assert options.transcribe_options("", False, 24.0).sample_len is None  # 256 > 224
+    assert options.transcribe_options("", False).sample_len is None
+    mine = LiveOptions(TranscribeOptions(sample_len=20))
+    assert mine.transcribe_options("", False, 3.0).sample_len == 20
+    assert options.window_s(5.0, False) == options.window_s(5.0, True) == 10.0
+    assert options.window_s(5.1, False) is None
 
 
 def test_g711_and_pcm_decoding() -> None:
@@ -309,12 +324,15 @@ class Recording:
         self.session = session
         self.options: list[TranscribeOptions] = []
         self.one_window: list[bool] = []
+        self.windows: list[tuple[float, float | None]] = []  # (audio s, window_s)
 
     def transcribe(self, audio: np.ndarray, options: TranscribeOptions,
-                   one_window: bool = False) -> Any:
+                   one_window: bool = False, window_s: float | None = None) -> Any:
         self.options.append(options)
         self.one_window.append(one_window)
-        return self.session.transcribe(audio, options, one_window=one_window)
+        self.windows.append((len(audio) / 16000, window_s))
+        return self.session.transcribe(audio, options, one_window=one_window,
+                                       window_s=window_s)
 
 
 @needs_vad
@@ -343,6 +361,38 @@ def test_partial_updates_are_greedy_and_the_last_decode_is_not(model: Any,
     assert len(rec.options) >= 3 and all(o.beam_size == 5 for o in rec.options)
 
 
+@needs_vad
+def test_short_audio_decodes_on_a_narrowed_window(model: Any, jfk: np.ndarray) -> None:
+    """Updates of up to 5 s of audio run on 10 s windows, longer ones on 30 s: jfk in one
+    client-committed turn, its text whole either way; the options turn it off."""
+    def decode(options: LiveOptions, audio: np.ndarray = jfk
+               ) -> tuple[list[tuple[float, float | None]], str]:
+        events: list[Any] = []
+        with model.session() as session:
+            rec = Recording(session)
+            run_stream(rec, events, audio, None, options, piece=8000)
+        (done,) = [e for e in events if isinstance(e, Completed)]
+        return rec.windows, done.transcript
+
+    greedy = GREEDY.decoding
+    windows, text = decode(LiveOptions(greedy))
+    assert normalize(text) == normalize(GOLDEN)
+    assert {w for span, w in windows if span <= 5.0} == {10.0}
+    assert {w for span, w in windows if span > 5.0} == {None}
+    assert len(windows) > 5
+    windows, text = decode(LiveOptions(greedy, narrow_window_s=None))
+    assert {w for _, w in windows} == {None}
+    assert normalize(text) == normalize(GOLDEN)
+    short = jfk[:16000 * 3]  # a turn of 3 s: its last decode too, unless told otherwise
+    windows, text = decode(LiveOptions(greedy), short)
+    assert {w for _, w in windows} == {10.0}
+    assert normalize(text).startswith("and so my fellow")
+    windows, _ = decode(LiveOptions(greedy, narrow_finals=False), short)
+    assert [w for _, w in windows] == [10.0] * (len(windows) - 1) + [None]
+    with pytest.raises(ValueError, match="narrow_window_s"):
+        LiveOptions(narrow_window_s=1.0)
+
+
 class Windows:
     """A session that hears nothing and keeps the length of every window it decodes."""
 
@@ -350,7 +400,8 @@ class Windows:
         self.seconds: list[float] = []
         self.options: list[TranscribeOptions] = []
 
-    def transcribe(self, audio: np.ndarray, options: Any, one_window: bool = False) -> Any:
+    def transcribe(self, audio: np.ndarray, options: Any, one_window: bool = False,
+                   window_s: float | None = None) -> Any:
         from types import SimpleNamespace as Ns
 
         self.seconds.append(len(audio) / 16000)
@@ -361,7 +412,8 @@ class Windows:
 class Guessing:
     """A session that hears the same two words in every update, each at probability 0.2."""
 
-    def transcribe(self, audio: np.ndarray, options: Any, one_window: bool = False) -> Any:
+    def transcribe(self, audio: np.ndarray, options: Any, one_window: bool = False,
+                   window_s: float | None = None) -> Any:
         from types import SimpleNamespace as Ns
 
         said = (Word(" Like", 0.3, 0.6, 0.2), Word(" your", 0.6, 0.9, 0.2))
@@ -448,7 +500,8 @@ class Teller:
     def __init__(self) -> None:
         self.seconds: list[float] = []
 
-    def transcribe(self, audio: np.ndarray, options: Any, one_window: bool = False) -> Any:
+    def transcribe(self, audio: np.ndarray, options: Any, one_window: bool = False,
+                   window_s: float | None = None) -> Any:
         from types import SimpleNamespace as Ns
 
         self.seconds.append(len(audio) / 16000)
@@ -486,7 +539,8 @@ class Straddler:
     that mostly lies after it: alignment stretches a turn's first word back over the
     silence before it, across the seam of turns decoded together."""
 
-    def transcribe(self, audio: np.ndarray, options: Any, one_window: bool = False) -> Any:
+    def transcribe(self, audio: np.ndarray, options: Any, one_window: bool = False,
+                   window_s: float | None = None) -> Any:
         from types import SimpleNamespace as Ns
 
         words = [Word(f" w{t}", t - 0.2 if t else 0.5, t + 0.8, 0.9)
@@ -519,7 +573,8 @@ class Prompted:
     def __init__(self) -> None:
         self.prompts: list[str] = []
 
-    def transcribe(self, audio: np.ndarray, options: Any, one_window: bool = False) -> Any:
+    def transcribe(self, audio: np.ndarray, options: Any, one_window: bool = False,
+                   window_s: float | None = None) -> Any:
         from types import SimpleNamespace as Ns
 
         self.prompts.append(options.initial_prompt or "")
@@ -548,7 +603,8 @@ class SpeakerOfSilence:
     """A session that hears jfk's last word, then "Thank you." in whatever silence follows
     it, as Whisper does on the pause that ends a turn."""
 
-    def transcribe(self, audio: np.ndarray, options: Any, one_window: bool = False) -> Any:
+    def transcribe(self, audio: np.ndarray, options: Any, one_window: bool = False,
+                   window_s: float | None = None) -> Any:
         from types import SimpleNamespace as Ns
 
         end = len(audio) / 16000
@@ -574,7 +630,8 @@ class Thanker:
     "Thank you." squeezed into the last word's end, its first word improbable; before it a
     real segment whose last word is short and unsure but real."""
 
-    def transcribe(self, audio: np.ndarray, options: Any, one_window: bool = False) -> Any:
+    def transcribe(self, audio: np.ndarray, options: Any, one_window: bool = False,
+                   window_s: float | None = None) -> Any:
         from types import SimpleNamespace as Ns
 
         if len(audio) < 10.6 * 16000:
@@ -596,6 +653,19 @@ def test_a_hallucinated_segment_where_speech_ends_is_dropped(jfk: np.ndarray) ->
     (done,) = [e for e in events if isinstance(e, Completed)]
     assert done.transcript == "Yes, sir."
     assert not any(isinstance(e, (Tail, Delta)) and "Thank" in e.text for e in events)
+
+
+def test_an_unsure_thank_you_alone_is_an_outro() -> None:
+    """On a narrowed window tiny.en wrote jfk's outro unsqueezed, "Thank" at 0.18 over
+    0.2 s; said by espeak-ng it came at 0.61-0.98, and other words stay."""
+    def thanks(p: float, *more: str) -> list[Word]:
+        return [Word(" Thank", 2.56, 2.76, p), Word(" you.", 2.76, 2.9, 0.99),
+                *(Word(f" {w}", 2.9, 3.2, 0.99) for w in more)]
+
+    assert hallucinated(thanks(0.18))
+    assert not hallucinated(thanks(0.61))
+    assert not hallucinated(thanks(0.3, "very", "much."))
+    assert not hallucinated([Word(" Ask", 0.0, 0.8, 0.16), Word(" not!", 0.8, 1.3, 0.5)])
 
 
 @needs_vad

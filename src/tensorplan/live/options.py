@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 from tensorplan.whisper.options import TranscribeOptions
@@ -36,6 +37,18 @@ COMMIT_PROBABILITY = 0.0
 # commits) a word heard unsurely every time (a rare name) would otherwise hold every word
 # after it until the 24 s buffer forced them out
 UNSURE_HOLD_S = 6.0
+# a decode samples at most this many tokens per second of its audio, and this many more:
+# speech is 3-6 tokens a second; a decode caught in a loop (". . . ." or "good ? good ?",
+# which narrowed windows brought on silence) would otherwise run to 224 tokens, 2-3 s
+TOKENS_PER_S = 10
+TOKENS_SLACK = 16
+DEFAULT_SAMPLE_LEN = 224  # what a decode samples otherwise: n_text_ctx // 2, every Whisper
+# a decode of audio this much shorter than the narrowed window runs on it (below)
+NARROW_MARGIN_S = 5.0
+# updates of short audio decode on a window of this many seconds instead of 30: the
+# encoder's pass over 30 s (mostly padding for a turn of a few seconds) was most of an
+# update's time; tiny.en int8, 2 cores, jfk's first 3 s: 0.63 -> 0.24 s (docs/realtime.md)
+NARROW_WINDOW_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,15 +95,35 @@ class LiveOptions:
     # audio (more streams than the machine decodes in real time): load shed, so the
     # backlog stops growing; a turn decoded alone keeps `decoding`
     greedy_when_behind: bool = True
+    # decodes of audio up to NARROW_MARGIN_S shorter than this run on windows of this
+    # many seconds (a narrowed encoder) instead of 30; None: always 30
+    narrow_window_s: float | None = NARROW_WINDOW_S
+    # and so does a turn's last decode (else only partial updates do)
+    narrow_finals: bool = True
 
     def __post_init__(self) -> None:
         if not 0 < self.min_step_s <= self.max_step_s <= self.trim_s < self.max_window_s <= 29:
             raise ValueError("need 0 < min_step_s <= max_step_s <= trim_s < max_window_s <= 29")
         if not 0 <= self.commit_probability <= 1:
             raise ValueError("commit_probability must be between 0 and 1")
+        if self.narrow_window_s is not None and \
+                not NARROW_MARGIN_S < self.narrow_window_s < 30:
+            raise ValueError(f"narrow_window_s must be between {NARROW_MARGIN_S:g} and 30 s")
 
-    def transcribe_options(self, prompt: str | None, final: bool = True) -> TranscribeOptions:
-        """One update's options: one window, word times, the prompt given. A partial
+    def window_s(self, audio_s: float, final: bool) -> float | None:
+        """The window a decode of `audio_s` seconds runs on: narrowed where the audio
+        leaves NARROW_MARGIN_S of it as padding (a narrowed window filled to its end made
+        tiny.en repeat itself), else None (30 s)."""
+        narrow = self.narrow_window_s
+        if narrow is None or (final and not self.narrow_finals) or \
+                audio_s > narrow - NARROW_MARGIN_S:
+            return None
+        return narrow
+
+    def transcribe_options(self, prompt: str | None, final: bool = True,
+                           audio_s: float | None = None) -> TranscribeOptions:
+        """One update's options: one window, word times, the prompt given, at most
+        TOKENS_PER_S a second of its `audio_s` sampled (if given). A partial
         update (not `final`) is greedy where `greedy_updates` says so: its words are only
         committed once the next update agrees, so it is redone often and cheap matters
         more than the last bit of accuracy; the final decode gives the turn's tail."""
@@ -98,6 +131,10 @@ class LiveOptions:
         if self.greedy_updates and not final:
             decoding = dataclasses.replace(decoding, beam_size=None, patience=None,
                                            temperature=decoding.temperature[:1])
+        if audio_s is not None:
+            most = TOKENS_SLACK + math.ceil(TOKENS_PER_S * audio_s)
+            if most < (decoding.sample_len or DEFAULT_SAMPLE_LEN):
+                decoding = dataclasses.replace(decoding, sample_len=most)
         return dataclasses.replace(
             decoding, language=self.language or self.decoding.language,
             initial_prompt=prompt or None, carry_initial_prompt=False,

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from tensorplan.errors import UserError
-from tensorplan.live.agreement import LocalAgreement, TimedWord
+from tensorplan.live.agreement import LocalAgreement, TimedWord, normalized
 from tensorplan.live.buffer import SampleBuffer
 from tensorplan.live.events import (
     Committed,
@@ -56,16 +56,24 @@ PROMPT_WORDS = 100  # committed words remembered for prompts
 AFTER_SPEECH_S = 0.5
 # audio that came over at least this share of its duration came live (at most 2x real time)
 REAL_TIME_SHARE = 0.5
+# a last segment that says only this, its first word heard less probably than this, is
+# Whisper's outro: on narrowed windows it came unsqueezed ("Thank" 0.18 over 0.2 s after
+# jfk's last word, 0.03-0.41 in all); espeak-ng saying it, in three voices, gave 0.61-0.98
+OUTRO = "thank you"
+UNSURE_OUTRO = 0.5
 
 
 def hallucinated(words: list[Word]) -> bool:
     """Whether a segment starts with an improbable word and its words score, on average,
     at least one on openai-whisper's word anomaly score (improbable, very short or very
-    long). It catches the "Thank you." Whisper writes where a turn's speech ends: "Thank"
-    comes at a probability of 0.01-0.10 and both words are squeezed into the last few
-    milliseconds, so no timing rule sees them (jfk's room noise keeps the VAD saying
-    speech to the file's end). The first word's probability spares a real sentence that
-    the decode squeezed against the buffer's end."""
+    long), or is an unsure "Thank you." alone. It catches the "Thank you." Whisper writes
+    where a turn's speech ends: "Thank" comes at a probability of 0.01-0.10 and both words
+    are squeezed into the last few milliseconds, so no timing rule sees them (jfk's room
+    noise keeps the VAD saying speech to the file's end). The first word's probability
+    spares a real sentence that the decode squeezed against the buffer's end."""
+    if words and words[0].probability < UNSURE_OUTRO and \
+            " ".join(normalized(w.word) for w in words) == OUTRO:
+        return True
     words = scored_words(words)
     return bool(words) and words[0].probability < IMPROBABLE_WORD and \
         sum(w.anomaly_score() for w in words) + 0.01 >= len(words)
@@ -344,12 +352,14 @@ class LiveStream:
             # one about 30% more. One turn alone keeps it (greedy writes "you" into the
             # silence that ends a turn more often)
             thorough = final and not (len(group) > 1 and self.options.greedy_when_behind)
+            audio_s = len(window) / SAMPLE_RATE
             options = self.options.transcribe_options(self._prompt(turn.number, offset_s),
-                                                      thorough)
+                                                      thorough, audio_s)
+            window_s = self.options.window_s(audio_s, final)
         t0 = time.perf_counter()
         # a partial update decodes one window (one encoder pass), its newest words kept
         # where the full loop would decode them again from a second window
-        result = session.transcribe(window, options, one_window=not final)
+        result = session.transcribe(window, options, one_window=not final, window_s=window_s)
         elapsed = time.perf_counter() - t0
         heard = self._heard(result.segments, group, starts)
         segment_ends = [offset_s + s.end for s in result.segments]
