@@ -21,6 +21,7 @@ import numpy as np
 from tensorplan.backends import make_backend
 from tensorplan.errors import ModelError, UserError
 from tensorplan.whisper import openai_args
+from tensorplan.whisper.audio.constants import TIME_PRECISION
 from tensorplan.whisper.audio.vad import SpeechOnly, VadOptions
 from tensorplan.whisper.decoding.seek_loop import ProgressCallback, SegmentCallback, transcribe
 from tensorplan.whisper.decoding.timing import WordAligner
@@ -200,8 +201,6 @@ class Session:
 
 def _positions(window_s: float, dims: Dims) -> int:
     """The encoder positions of a window of `window_s` seconds (0.02 s each)."""
-    from tensorplan.whisper.audio.constants import TIME_PRECISION
-
     n = round(window_s / TIME_PRECISION)
     if not (0 < n <= dims.n_audio_ctx and abs(n * TIME_PRECISION - window_s) < 1e-6):
         raise ValueError(f"window_s must be a multiple of {TIME_PRECISION} s up to "

@@ -57,11 +57,11 @@ class WindowSource(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Window:
-    """One 30 s window as the model encoded it."""
+    """One window (30 s, or fewer on a narrowed model) as the model encoded it."""
 
     seek: int  # first mel frame
-    n_frames: int  # frames of audio in it (<= 3000); the rest of `mel` is zero padding
-    mel: np.ndarray  # (n_mels, 3000) float32
+    n_frames: int  # frames of audio in it; the rest of `mel` is zero padding
+    mel: np.ndarray  # (n_mels, window frames) float32
 
     @property
     def time_offset(self) -> float:
@@ -70,6 +70,11 @@ class Window:
     @property
     def duration(self) -> float:
         return self.n_frames / FRAMES_PER_SECOND
+
+    @property
+    def end_time(self) -> float:
+        """Where the window ends, its padding included."""
+        return (self.seek + int(self.mel.shape[1])) / FRAMES_PER_SECOND
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from tensorplan.errors import UserError
-from tensorplan.whisper.audio.constants import FRAMES_PER_SECOND
+from tensorplan.whisper.audio.constants import FRAMES_PER_SECOND, INPUT_STRIDE
 from tensorplan.whisper.decoding.seek_loop import WindowSegments
 from tensorplan.whisper.options import (
     TranscribeOptions,
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from tensorplan.whisper.planned.session import Alignment
     from tensorplan.whisper.tokenizer import Tokenizer
 
-TOKENS_PER_SECOND = 50  # encoder positions per second: one per 2 mel frames, 0.02 s each
+TOKENS_PER_SECOND = FRAMES_PER_SECOND // INPUT_STRIDE  # encoder positions a second: 50
 MEDIAN_FILTER_WIDTH = 7
 SENTENCE_END_MARKS = ".。!！?？"
 
@@ -426,8 +426,7 @@ class WordAligner:
         threshold = self.options.hallucination_silence_threshold
         if threshold is None:
             return dataclasses.replace(decoded, next_seek=seek), False
-        window_end_time = (window.seek + window.mel.shape[1]) / FRAMES_PER_SECOND
-        if end is not None and window_end_time - end <= threshold:
+        if end is not None and window.end_time - end <= threshold:
             seek = window.seek + window.n_frames  # too little left after the last word to redo
         first = next_words_segment(decoded.segments)
         if first is not None and is_segment_anomaly(first):
@@ -444,7 +443,7 @@ class WordAligner:
         both sides, and seek to it; a hallucination ending the audio ends the transcription."""
         window, segments = decoded.window, decoded.segments
         time_offset = window.time_offset
-        window_end_time = (window.seek + window.mel.shape[1]) / FRAMES_PER_SECOND
+        window_end_time = window.end_time
         last_end = self.last_speech_timestamp
         for i, segment in enumerate(segments):
             if not segment.words:
