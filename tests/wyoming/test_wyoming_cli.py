@@ -41,6 +41,8 @@ def _one_line_error(out: subprocess.CompletedProcess[str], *words: str) -> None:
     (["--uri", "tcp://127.0.0.1:99999"], ["--uri"]),
     (["--max-seconds", "inf"], ["--max-seconds"]),
     (["--sessions", "0"], ["--sessions"]),
+    (["--sessions", "100000"], ["--sessions", "256"]),
+    (["--max-connections", "0"], ["--max-connections"]),
 ])
 def test_bad_flags_are_one_line_before_the_model_loads(args, words) -> None:
     _one_line_error(_wyoming(*args, timeout=30), *words)

@@ -28,6 +28,7 @@ JFK = ROOT / "samples" / "jfk.wav"
 GOLDEN = ("And so my fellow Americans ask not what your country can do for you ask what you "
           "can do for your country")
 WORDS = set(GOLDEN.lower().split())
+MAX_CONNECTIONS = 6  # the server's --max-connections here
 
 
 def _free_port() -> int:
@@ -42,7 +43,8 @@ def server():
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "tensorplan", "wyoming", "--uri", f"tcp://127.0.0.1:{port}",
-         "--sessions", "2", "--beam-size", "none", "--max-seconds", "60"],
+         "--sessions", "2", "--beam-size", "none", "--max-seconds", "60",
+         "--max-connections", str(MAX_CONNECTIONS)],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -272,3 +274,28 @@ def test_too_long_audio_is_refused(server) -> None:
     events = asyncio.run(_transcribe(server[0], rate, width, channels, [second] * 61))
     assert events[-1].type == "error" and "longer than 60 s" in Error.from_event(
         events[-1]).text
+
+
+def test_past_max_connections_a_client_is_told_busy_and_the_others_carry_on(server) -> None:
+    """Each connection may hold an utterance: their number is bounded (--max-connections),
+    one more gets an error event and is closed, and a slot frees when a client leaves."""
+    async def go():
+        held = [AsyncTcpClient("127.0.0.1", server[0]) for _ in range(MAX_CONNECTIONS)]
+        for client in held:
+            await client.connect()
+            await client.write_event(Describe().event())  # served: the connection is open
+            assert (await _read_until(client, "info"))[-1].type == "info"
+        async with AsyncTcpClient("127.0.0.1", server[0]) as extra:
+            refused = await asyncio.wait_for(extra.read_event(), 30)
+            assert refused is not None and refused.type == "error", refused
+            assert Error.from_event(refused).code == "busy"
+            assert "--max-connections" in Error.from_event(refused).text
+            assert await asyncio.wait_for(extra.read_event(), 30) is None  # closed
+        await held.pop().disconnect()
+        await asyncio.sleep(0.5)  # the server sees it leave
+        events = await _transcribe(server[0], *jfk_chunks())
+        for client in held:
+            await client.disconnect()
+        return events
+
+    assert _text(asyncio.run(go())) == GOLDEN

@@ -20,6 +20,9 @@ from tensorplan.errors import UserError
 
 DEFAULT_URI = "tcp://127.0.0.1:10300"
 DEFAULT_MAX_SECONDS = 300.0  # a voice command is seconds long; longer audio is refused
+# connections open at once: each may hold an utterance of --max-seconds (9.6 MB at 300 s)
+DEFAULT_MAX_CONNECTIONS = 64
+MAX_CONNECTIONS = 4096
 MAX_SECONDS = 4 * 3600.0  # the most --max-seconds may say: what a server request may hold
 
 
@@ -41,6 +44,9 @@ def register(sub: Any) -> None:
                         "(default: cores / 2, at least 1)")
     server.add_argument("--max-seconds", type=float, default=DEFAULT_MAX_SECONDS,
                         help=f"longest utterance accepted (default: {DEFAULT_MAX_SECONDS:g})")
+    server.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS,
+                        metavar="N", help="connections open at once; one more gets a busy "
+                        f"error (default: {DEFAULT_MAX_CONNECTIONS})")
     add_model_arguments(p.add_argument_group("model"), p.add_argument_group("memory planning"))
     add_arguments(p.add_argument_group("decoding defaults"), TranscribeOptions,
                   exclude=("task",))
@@ -57,15 +63,15 @@ def run(args: argparse.Namespace) -> int:
 
     from tensorplan.commands.transcribe import model_options as sized_model_options
     from tensorplan.machine import cores
-    from tensorplan.serve.limits import check_positive
+    from tensorplan.serve.limits import MAX_SESSIONS, check_count, check_positive
     from tensorplan.serve.threads import default_sessions, per_session
     from tensorplan.whisper.api import load
     from tensorplan.whisper.flags import from_args
     from tensorplan.whisper.options import TranscribeOptions
 
     sessions = default_sessions(cores()) if args.sessions is None else args.sessions
-    if sessions < 1:
-        raise UserError(f"--sessions {sessions}: at least 1")
+    check_count("--sessions", sessions, 1, MAX_SESSIONS)
+    check_count("--max-connections", args.max_connections, 1, MAX_CONNECTIONS)
     check_positive("--max-seconds", args.max_seconds, MAX_SECONDS)  # inf: every request failed
     if not args.uri.startswith(("tcp://", "unix://", "stdio://")):
         raise UserError(f"--uri {args.uri!r}: expected tcp://HOST:PORT, unix://PATH or "
@@ -82,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     logging.getLogger("tensorplan.wyoming").setLevel(logging.INFO)
     try:
         asyncio.run(serve(args.uri, whisper, model_options.model, defaults, sessions,
-                          args.max_seconds))
+                          args.max_seconds, args.max_connections))
     except KeyboardInterrupt:
         pass
     except OSError as e:  # the port is taken, the socket path unwritable

@@ -35,6 +35,11 @@ from tensorplan.wyoming.info import describe, languages
 
 log = logging.getLogger("tensorplan.wyoming")
 
+# a client that reads nothing for this long is dropped: its writes must not wait forever
+WRITE_TIMEOUT_S = 30.0
+# and one that sends nothing for this long in the middle of an utterance: its audio is held
+STALL_TIMEOUT_S = 60.0
+
 
 @dataclass
 class Shared:
@@ -45,6 +50,8 @@ class Shared:
     options: TranscribeOptions
     sessions: asyncio.Semaphore
     max_seconds: float
+    max_connections: int = 64
+    connections: int = 0  # open now (the event loop's thread only)
 
 
 class Handler(AsyncEventHandler):
@@ -55,12 +62,22 @@ class Handler(AsyncEventHandler):
         self.utterance: Utterance | None = None
 
     async def run(self) -> None:
-        """The package's loop over events, reading them with bounded lengths (framing.py)."""
+        """The package's loop over events, reading them with bounded lengths (framing.py).
+        Past `max_connections` open ones a new connection gets a busy error and is closed;
+        one stalled mid-utterance for STALL_TIMEOUT_S is closed."""
         self._is_running = True
+        shared = self.shared
+        shared.connections += 1
         try:
+            if shared.connections > shared.max_connections:
+                log.warning("wyoming: %d connections open, refusing one more",
+                            shared.max_connections)
+                await self.error(f"server busy: {shared.max_connections} connections are "
+                                 "open (--max-connections)", "busy")
+                return
             while self._is_running:
                 try:
-                    event = await read_event(self.reader)
+                    event = await self._next_event()
                 except BadFrame as e:
                     log.warning("wyoming: a client sent a malformed event: %s", e)
                     await self.error(str(e), "bad-request")
@@ -70,8 +87,31 @@ class Handler(AsyncEventHandler):
         except ConnectionError:
             pass  # gone while we wrote to it
         finally:
+            shared.connections -= 1
             await self.disconnect()
             self.writer.close()
+
+    async def _next_event(self) -> Event | None:
+        """The next event; None where the client left or stalled mid-utterance."""
+        if self.utterance is None:
+            return await read_event(self.reader)
+        try:
+            return await asyncio.wait_for(read_event(self.reader), STALL_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            log.info("wyoming: a client sent nothing for %g s mid-utterance", STALL_TIMEOUT_S)
+            self.utterance = None
+            await self.error(f"no audio for {STALL_TIMEOUT_S:g} s after audio-start: "
+                             "closing", "timeout")
+            return None
+
+    async def write_event(self, event: Event) -> None:
+        """Write and drain, as the package does, but give up on a client that reads
+        nothing for WRITE_TIMEOUT_S (ConnectionError: it is gone)."""
+        try:
+            await asyncio.wait_for(super().write_event(event), WRITE_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            raise ConnectionError(f"the client read nothing for {WRITE_TIMEOUT_S:g} s") \
+                from None
 
     async def handle_event(self, event: Event) -> bool:
         """False ends the connection: the client is gone."""
@@ -143,19 +183,27 @@ class Handler(AsyncEventHandler):
             finally:
                 loop.call_soon_threadsafe(texts.put_nowait, None)
 
-        async with self.shared.sessions:
+        async def forward() -> None:  # the chunks, as the client takes them
             await self.write_event(TranscriptStart(language=self.language).event())
+            while (text := await texts.get()) is not None:
+                await self.write_event(TranscriptChunk(text=text).event())
+
+        async with self.shared.sessions:
+            # the slot is held for the decode only, never for a write: a client that
+            # stops reading would otherwise hold it, and every other client wait
+            writing = asyncio.ensure_future(forward())
             decoding = loop.run_in_executor(None, run)
             try:
-                while (text := await texts.get()) is not None:
-                    await self.write_event(TranscriptChunk(text=text).event())
-            except ConnectionError:
-                # the client left: its decode still holds a session, so its slot is held
-                # until the decode ends (else clients that leave could start any number)
-                with contextlib.suppress(Exception):
-                    await decoding
+                result = await decoding
+            except BaseException:
+                writing.cancel()
                 raise
-            result = await decoding
+        try:
+            await writing  # each write bounded by WRITE_TIMEOUT_S
+        except ConnectionError:
+            with contextlib.suppress(Exception):
+                await decoding  # done already: its error, if any, is the client's no more
+            raise
         await self.write_event(TranscriptStop().event())
         await self.write_event(Transcript(text=result.text.strip(),
                                           language=result.language).event())

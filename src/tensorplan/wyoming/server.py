@@ -19,11 +19,12 @@ log = logging.getLogger("tensorplan.wyoming")
 
 
 async def serve(uri: str, whisper: Whisper, model_name: str, options: TranscribeOptions,
-                sessions: int, max_seconds: float) -> None:
+                sessions: int, max_seconds: float, max_connections: int = 64) -> None:
     """Serve until SIGTERM (a clean stop) or Ctrl-C. A socket that cannot be bound raises
     OSError before anything says the server is listening."""
     server = AsyncServer.from_uri(uri)
-    shared = Shared(whisper, model_name, options, asyncio.Semaphore(sessions), max_seconds)
+    shared = Shared(whisper, model_name, options, asyncio.Semaphore(sessions), max_seconds,
+                    max_connections)
     factory = partial(Handler, shared)
     announce = partial(_announce, uri, model_name, sessions)
     if isinstance(server, AsyncStdioServer):
