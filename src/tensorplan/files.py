@@ -100,6 +100,10 @@ def writable_target(path: str | os.PathLike[str], what: str = "output") -> Path:
     """Where an atomic write of `path` must rename to: `path` itself, or a symlink's final
     target (so the link survives). UserError if that exists and is not a regular file."""
     target = Path(path)
+    if _names_a_descriptor(target):
+        raise UserError(f"{quote(path)}: names an open descriptor (as /dev/stdout does); "
+                        f"writing the {what} renames a new file over what it names, which "
+                        "would replace that file or lose the pipe: give a file's path")
     if target.is_symlink():
         target = Path(os.path.realpath(target))
     try:
@@ -109,9 +113,24 @@ def writable_target(path: str | os.PathLike[str], what: str = "output") -> Path:
     except OSError as e:
         raise UserError(f"{quote(path)}: cannot write {what}: {reason(e)}") from None
     if not stat.S_ISREG(mode):
-        raise UserError(f"{quote(path)}: {describe_mode(mode)}; an {what} file would replace it, "
+        raise UserError(f"{quote(path)}: {describe_mode(mode)}; the {what} would replace it, "
                         "so it is left alone")
     return target
+
+
+def _names_a_descriptor(path: Path) -> bool:
+    """Whether `path` or a link on the way to its target is a process's descriptor
+    (/dev/stdout, /dev/fd/N, /proc/PID/fd/N): `cmd --out /dev/stdout >> log` would
+    otherwise rename a new file over `log`."""
+    here = Path(os.path.abspath(path))
+    for _ in range(40):  # the kernel's own limit on links followed
+        if here.parts[1:2] == ("proc",) and "fd" in here.parts or \
+                str(here).startswith(("/dev/fd/", "/dev/std")):
+            return True
+        if not here.is_symlink():
+            return False
+        here = Path(os.path.abspath(here.parent / os.readlink(here)))
+    return False
 
 
 @contextmanager
@@ -164,6 +183,14 @@ def _open_temp(path: str | os.PathLike[str], what: str, parents: bool) -> tuple[
     except OSError as e:
         raise UserError(f"cannot write to output directory {quote(target.parent)}: "
                         f"{reason(e)}") from None
+    try:  # a file replaced keeps its permissions: a private one must not become readable
+        os.chmod(tmp, stat.S_IMODE(target.stat().st_mode))
+    except FileNotFoundError:
+        pass
+    except OSError:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
     return target, tmp, fd
 
 

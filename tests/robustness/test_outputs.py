@@ -154,3 +154,39 @@ def test_pack_disk_full_mid_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert_user_error(rc, capsys.readouterr().err, f"{out}: cannot write: No space left")
     assert out.read_text() == "id,offset\nold,0\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["offsets.csv", "trace.csv"]
+
+
+def _trace(tmp_path: Path) -> Path:
+    src = tmp_path / "trace.csv"
+    src.write_text("id,lower,upper,size\na,0,2,10\nb,1,3,5\n")
+    return src
+
+
+def test_an_output_naming_a_descriptor_is_refused(tmp_path: Path) -> None:
+    """Outputs are written by renaming a new file over the target: through /dev/stdout
+    that target is whatever stdout names, so `--out /dev/stdout >> log` replaced the log."""
+    run = run_cli("pack", _trace(tmp_path), "--out", "/dev/stdout")
+    assert_user_error(run.rc, run.stderr, "/dev/stdout", "open descriptor")
+
+
+@needs_proc
+def test_a_link_through_a_descriptor_is_refused_and_its_file_kept(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "log.txt"
+    log.write_text("precious\n")
+    link = tmp_path / "offsets.csv"
+    with log.open("a") as f:
+        link.symlink_to(f"/proc/self/fd/{f.fileno()}")
+        rc = cli.main(["pack", str(_trace(tmp_path)), "--out", str(link)])
+    assert_user_error(rc, capsys.readouterr().err, str(link), "open descriptor")
+    assert log.read_text() == "precious\n"
+
+
+def test_a_replaced_output_keeps_its_permissions(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "offsets.csv"
+    out.write_text("id,offset\nold,0\n")
+    out.chmod(0o600)
+    assert cli.main(["pack", str(_trace(tmp_path)), "--out", str(out)]) == 0
+    assert "old" not in out.read_text()
+    assert out.stat().st_mode & 0o777 == 0o600
