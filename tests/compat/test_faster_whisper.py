@@ -316,6 +316,14 @@ def test_decode_audio_matches(jfk) -> None:
     assert np.abs(ours - jfk).max() < 1e-3
     with open(JFK, "rb") as f:
         assert compat.decode_audio(f).shape == jfk.shape
+    assert compat.decode_audio(str(JFK), sampling_rate=8000).shape == (len(jfk) // 2,)
+
+
+@pytest.mark.parametrize("rate", [0, -1, 50_000_000, 16000.0, True, "16000"])
+def test_decode_audio_names_a_bad_sampling_rate(rate) -> None:
+    """5e7 Hz held 2.2 GB for jfk's 11 s, 0 divided by zero: a rate is checked first."""
+    with pytest.raises(ValueError, match="^decode_audio: sampling_rate .*1000 to 768000"):
+        compat.decode_audio(str(JFK), sampling_rate=rate)
 
 
 # --- refusals, by name -------------------------------------------------------------------

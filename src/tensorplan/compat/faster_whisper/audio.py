@@ -8,7 +8,7 @@ from typing import BinaryIO
 import numpy as np
 
 from tensorplan.compat.faster_whisper.arguments import refuse
-from tensorplan.whisper.audio.decode import as_samples, load_audio
+from tensorplan.whisper.audio.decode import as_samples, check_rate, load_audio
 
 SAMPLE_RATE = 16000
 
@@ -18,6 +18,7 @@ def decode_audio(input_file: str | BinaryIO, sampling_rate: int = 16000,
     """Decode and resample to `sampling_rate`, mono. Raises AudioError naming the input
     for an unreadable file or one without samples."""
     refuse("split_stereo", split_stereo)
+    check_rate(sampling_rate, "decode_audio: sampling_rate")
     source = input_file if isinstance(input_file, str | os.PathLike) else input_file.read()
     return load_audio(source, sr=sampling_rate)
 

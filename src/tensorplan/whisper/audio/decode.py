@@ -51,6 +51,7 @@ def load_audio(source: str | os.PathLike[str] | bytes, sr: int = SAMPLE_RATE,
     truncated or non-audio input, no samples, NaN/Inf samples, or a sample rate below
     MIN_SOURCE_RATE.
     """
+    check_rate(sr)
     name, file = _open(source)
     with file, _decoder(file, name, sr, stream) as decoder:
         declared = decoder.declared
@@ -58,6 +59,15 @@ def load_audio(source: str | os.PathLike[str] | bytes, sr: int = SAMPLE_RATE,
         for pcm in decoder.chunks():
             samples.append(pcm)
         return samples.result()
+
+
+def check_rate(sr: object, what: str = "sampling rate") -> None:
+    """ValueError naming `what` unless `sr` is a whole number of Hz that a source may have:
+    resampling 11 s to 5e7 Hz held 2.2 GB."""
+    if isinstance(sr, bool) or not isinstance(sr, int | np.integer) or \
+            not MIN_SOURCE_RATE <= sr <= MAX_SOURCE_RATE:
+        raise ValueError(f"{what} {sr!r}: expected a whole number of Hz from "
+                         f"{MIN_SOURCE_RATE} to {MAX_SOURCE_RATE}")
 
 
 def open_audio(audio: str | os.PathLike[str] | bytes | np.ndarray | StreamedAudio,
