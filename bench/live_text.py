@@ -9,7 +9,11 @@ hallucination rule dropped.
 machine where a decode of S seconds of audio takes F x (0.3 + S / 10) seconds times a
 jitter between 0.5 and 1.5 (a shared machine's), on a clock of the bench's own: at F of a
 few the stream falls behind live audio and catches up by decoding waiting turns together
-(the engine's load shedding). Each is the mean of `--seeds` runs, each jitter seeded.
+(the engine's load shedding). Each is the mean of `--seeds` runs, each jitter seeded, and
+gives the latency of its words on that clock too (bench/live.py's: a word's delta, sent
+when the decode that committed it ends, against the moment its audio ended), so a policy's
+latency can be compared without the noise of a shared machine; x3 is about what 8 streams
+on these 2 cores give (a stream waits for about four others' decodes).
 
 `--no-anomaly-filter` turns off the rule that drops a turn's last segments whose words
 look hallucinated (tensorplan.live.stream.hallucinated), for the before/after in
@@ -59,16 +63,19 @@ class Clock:
 
 
 def transcript_on_slow_machine(model: Any, audio: Any, detection: Any, options: Any,
-                               factor: float, seed: int) -> str:
+                               factor: float, seed: int,
+                               arrivals: list[tuple[str, float]] | None = None) -> str:
     """Audio comes a piece every 100 ms of the clock; one worker decodes whenever the
-    stream has work, each decode holding it for `factor` x (0.3 + seconds / 10), jittered."""
+    stream has work, each decode holding it for `factor` x (0.3 + seconds / 10), jittered.
+    `arrivals` gets each delta's text and the clock when the decode that sent it ends."""
     import random
 
-    from tensorplan.live import Completed, LiveStream
+    from tensorplan.live import Completed, Delta, LiveStream
 
     jitter = random.Random(seed)
     events: list[Any] = []
     clock = Clock()
+
     stream = LiveStream(options, detection, events.extend, clock=clock)
     pieces = [audio[i:i + PIECE] for i in range(0, len(audio), PIECE)]
     free_at, sent = 0.0, 0
@@ -77,8 +84,12 @@ def transcript_on_slow_machine(model: Any, audio: Any, detection: Any, options: 
             arrives = sent * PIECE / 16000 if sent < len(pieces) else float("inf")
             if stream.has_work() and free_at <= arrives:
                 clock.now = max(clock.now, free_at)
+                before = len(events)
                 seconds = stream.step(session)
                 free_at = clock.now + factor * (0.3 + seconds / 10) * jitter.uniform(0.5, 1.5)
+                if arrivals is not None:  # the decode's deltas, sent when it is done
+                    arrivals += [(e.text, free_at) for e in events[before:]
+                                 if isinstance(e, Delta)]
             elif sent < len(pieces):
                 clock.now = arrives
                 stream.append(pieces[sent])
@@ -127,23 +138,31 @@ def main() -> None:
     live_stream.hallucinated = watched  # type: ignore[assignment]
     model = load_model("tiny.en", compute_type=args.compute_type)
     slow = [float(f) for f in args.slow.split(",") if f]
-    print("| clip | turns | machine | WER ref | WER vs offline |\n|---|---|---|---:|---:|")
+    print("| clip | turns | machine | WER ref | WER vs offline | latency median / p95 s |\n"
+          "|---|---|---|---:|---:|---|")
     lengths = [float(s) for s in args.seconds.split(",")]
     for seconds in lengths:
         with tempfile.TemporaryDirectory() as work:
             clips = clips_of.make_clips(seconds, Path(work))
         for clip in clips if seconds == lengths[0] else clips[:1]:  # jfk once
             for name, detection in (("server VAD", TurnDetection()), ("commit", None)):
-                runs = [("fast", [transcript(model, clip.audio, detection, options)])]
-                runs += [(f"slow x{f:g}", [transcript_on_slow_machine(
-                    model, clip.audio, detection, options, f, seed)
-                    for seed in range(args.seeds)])
-                    for f in slow if detection]
-                for machine, texts in runs:
+                runs = [("fast", [transcript(model, clip.audio, detection, options)], [])]
+                for f in slow if detection else ():
+                    waits: list[float] = []
+                    texts = []
+                    for seed in range(args.seeds):
+                        arrivals: list[tuple[str, float]] = []
+                        texts.append(transcript_on_slow_machine(
+                            model, clip.audio, detection, options, f, seed, arrivals))
+                        waits += [w for _, w in clips_of.latencies(clip, arrivals)]
+                    runs.append((f"slow x{f:g}", texts, waits))
+                for machine, texts, waits in runs:
                     ref, offline = (sum(clips_of.wer(truth, t) for t in texts) / len(texts)
                                     for truth in (clip.reference, clip.offline))
-                    print(f"| {clip.name} | {name} | {machine} | {ref:.3f} | {offline:.3f} |",
-                          flush=True)
+                    late = (f"{clips_of.pct(waits, 0.5):.2f} / {clips_of.pct(waits, 0.95):.2f}"
+                            if waits else "-")
+                    print(f"| {clip.name} | {name} | {machine} | {ref:.3f} | {offline:.3f} "
+                          f"| {late} |", flush=True)
     thanks = sum(d.lower().startswith("thank you") for d in dropped)
     print(f"\ndropped {len(dropped)} segments, {thanks} of them 'Thank you': {dropped}")
 

@@ -1,6 +1,6 @@
 """bench/live_text.py cannot rot: a short run fills its table, fast and on a simulated slow
-machine, for espeak speech and jfk. Its own module, so the test runner can run it beside
-bench/live.py's smoke run."""
+machine (with its words' latency there), for espeak speech and jfk. Its own module, so the
+test runner can run it beside bench/live.py's smoke run."""
 
 from __future__ import annotations
 
@@ -21,3 +21,10 @@ def test_live_text_bench_fills_its_table() -> None:
         assert {(clip, "server VAD", "fast"), (clip, "server VAD", "slow x4"),
                 (clip, "commit", "fast")} <= machines, stdout
     assert all(float(cells[4]) <= 0.1 for cells in rows if cells[0] == "jfk"), stdout
+    # the simulated machine times its words (on its own clock), fast mode cannot
+    for cells in rows:
+        if cells[2] == "fast":
+            assert cells[5] == "-", stdout
+        else:
+            median, p95 = (float(x) for x in cells[5].split("/"))
+            assert 0 < median <= p95 < 30, stdout
