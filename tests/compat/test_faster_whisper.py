@@ -334,6 +334,34 @@ REFUSED_VALUES = {
 }
 
 
+@pytest.mark.parametrize("kwargs,said", [
+    ({"language": 5}, "^language must be a string"),
+    ({"hotwords": 5}, "^hotwords must be a string"),
+    ({"prefix": 5}, "^prefix must be a string"),
+    ({"clip_timestamps": [{"start": 0, "end": 3}]}, "^clip_timestamps must be seconds"),
+])
+def test_mistyped_arguments_are_named(tp, jfk, kwargs, said: str) -> None:
+    """Each was an AttributeError or TypeError from deep inside."""
+    with pytest.raises(ValueError, match=said):
+        list(tp.transcribe(jfk, beam_size=1, **kwargs)[0])
+
+
+def test_batched_clips_missing_a_field_are_named(tp, jfk) -> None:
+    with pytest.raises(ValueError, match="^clip_timestamps must be dicts"):
+        compat.BatchedInferencePipeline(tp).transcribe(jfk, clip_timestamps=[{"begin": 5}])
+
+
+@pytest.mark.parametrize("audio", [None, [0.0] * 16000, 5])
+def test_audio_of_another_kind_is_named(tp, audio) -> None:
+    with pytest.raises(TypeError, match="^audio must be a path"):
+        tp.transcribe(audio)
+
+
+def test_a_files_bytes_are_audio_as_tensorplans_own_api_takes_them(tp, jfk) -> None:
+    segments, _ = tp.transcribe(JFK.read_bytes(), beam_size=1)
+    assert "ask not what your country" in "".join(s.text for s in segments).lower()
+
+
 def test_every_refusal_is_tested() -> None:
     init_only = {"device_index", "files", "revision", "use_auth_token", "split_stereo"}
     assert set(REFUSED) == set(REFUSED_VALUES) | init_only

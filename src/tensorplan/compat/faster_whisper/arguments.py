@@ -87,7 +87,11 @@ def clip_points(clip_timestamps: str | Iterable[float]) -> tuple[float, ...]:
             raise ValueError(f"clip_timestamps must be comma-separated seconds, got "
                              f"{clip_timestamps!r}") from None
     else:
-        points = tuple(float(t) for t in clip_timestamps)
+        try:
+            points = tuple(float(t) for t in clip_timestamps)
+        except (TypeError, ValueError):
+            raise ValueError("clip_timestamps must be seconds (a list of numbers or "
+                             f"'0,10.5,12'), got {clip_timestamps!r}") from None
     return () if points in ((), (0.0,)) else points
 
 
@@ -170,6 +174,10 @@ def check_common(args: Mapping[str, Any], multilingual_model: bool) -> dict[str,
                  "chunk_length", "language_detection_segments", "initial_prompt"):
         refuse(name, args[name])
     args = dict(args)
+    for name in ("language", "prefix", "hotwords"):  # else an AttributeError deep inside
+        if args[name] is not None and not isinstance(args[name], str):
+            raise ValueError(f"{name} must be a string or None, got "
+                             f"{type(args[name]).__name__} {args[name]!r}")
     if args["multilingual"]:
         if multilingual_model:
             raise Unsupported("multilingual", True, MULTILINGUAL_WHY)

@@ -265,7 +265,12 @@ class BatchedInferencePipeline:
         duration = len(samples) / SAMPLE_RATE
         vad = None
         if clip_timestamps:  # faster-whisper: seconds, one chunk each; vad_filter ignored
-            spans = [(float(c["start"]), float(c["end"])) for c in clip_timestamps]
+            try:
+                spans = [(float(c["start"]), float(c["end"])) for c in clip_timestamps]
+            except (KeyError, TypeError, ValueError):
+                raise ValueError("clip_timestamps must be dicts of seconds, "
+                                 "[{'start': 0, 'end': 10.5}, ...], got "
+                                 f"{clip_timestamps!r}") from None
         elif vad_filter:
             vad = arguments.vad_options(vad_parameters, max_speech_duration_s=MAX_CHUNK_SECONDS,
                                         **({} if vad_parameters else
