@@ -52,6 +52,8 @@ def test_bad_numbers_are_one_line(talk: Path, flags: tuple[str, ...]) -> None:
 
 @pytest.mark.parametrize("argv, needle", [
     (("transcribe", "x.wav", "--best-of", "1e9"), "--best-of"),
+    (("transcribe", "x.wav", "--workers", "1", "--cpus-per-worker", "5000"),
+     "--cpus-per-worker"),
     (("live", "-", "--rate", "nan"), "--rate"),
     (("transcribe",), "audio"),
     (("bogus",), "bogus"),
@@ -75,6 +77,17 @@ def test_pack_numbers(tmp_path: Path, flags: tuple[str, ...]) -> None:
     trace.write_text("id,lower,upper,size\na,0,2,10\n")
     run = run_cli("pack", trace, "--out", tmp_path / "o.csv", *flags)
     assert_user_error(run.rc, run.stderr, flags[0])
+
+
+def test_plan_checks_its_flags_before_its_report(tmp_path: Path) -> None:
+    """`plan --batch-size 0` loaded the model and printed the whole report first."""
+    run = run_cli("plan", "--plan", "joint", "--batch-size", "0")
+    assert_user_error(run.rc, run.stderr, "--batch-size")
+    assert run.stdout == ""
+    pytest.importorskip("matplotlib")
+    run = run_cli("plan", "--plan", "joint", "--png", tmp_path)
+    assert_user_error(run.rc, run.stderr, str(tmp_path), "left alone")
+    assert run.stdout == ""
 
 
 def test_kv_cache_limit_is_checked_before_planning(talk: Path) -> None:

@@ -53,13 +53,19 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tensorplan.files import writable_target
+    from tensorplan.whisper.options import MAX_BATCH_SIZE
     from tensorplan.whisper.planned.memory import whisper_cpp_reference
 
     args.max_batch = args.max_batch or DEFAULT_MAX_BATCH
-    if args.png is not None:  # fail before the work, not after
+    # fail before the work, not after
+    if args.batch_size is not None and not 1 <= args.batch_size <= MAX_BATCH_SIZE:
+        raise UserError(f"--batch-size must be between 1 and {MAX_BATCH_SIZE}")
+    if args.png is not None:
         _pyplot()
         if not args.png.resolve().parent.is_dir():
             raise UserError(f"{args.png}: cannot write: no directory {args.png.parent}")
+        writable_target(args.png, "plot")  # not a directory, a device, a descriptor
     reports, layouts, dims = measure(args)
     print(f"{args.model}, strategy {args.strategy}, max batch {args.max_batch}, kv "
           f"{args.kv_dtype}, weights {args.weights_dtype}: bytes held besides the weights "
@@ -109,11 +115,8 @@ def format_batch_cost(args: argparse.Namespace) -> str:
     """The bytes a session adds for batched transcription of --batch-size windows: the
     windows' cross K/V, the sequences' self-attention cache and the decoder arena."""
     from tensorplan.whisper.api import load
-    from tensorplan.whisper.options import MAX_BATCH_SIZE
 
-    n = args.batch_size
-    if not 1 <= n <= MAX_BATCH_SIZE:
-        raise UserError(f"--batch-size must be between 1 and {MAX_BATCH_SIZE}")
+    n = args.batch_size  # checked by run()
     model = load(model_options_from_args(args)).model
     rows = []
     for group, label in ((1, "greedy"), (5, "beam 5")):

@@ -134,7 +134,7 @@ def _add_batch_arguments(group: argparse._ArgumentGroup) -> None:
     )
     group.add_argument(
         "--cpus-per-worker",
-        type=_positive_int,
+        type=_thread_count,
         default=None,
         metavar="K",
         help="BLAS threads per worker, and CPUs each Ray actor reserves "
@@ -149,6 +149,17 @@ def _positive_int(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _thread_count(text: str) -> int:
+    """A positive count of threads, at most what --threads takes (it sets OMP_NUM_THREADS
+    and the BLAS pools of every worker: 5000 started 64 threads a worker on 2 cores)."""
+    from tensorplan.whisper.planned.load_options import MAX_THREADS
+
+    value = _positive_int(text)
+    if value > MAX_THREADS:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_THREADS}, got {text!r}")
     return value
 
 
