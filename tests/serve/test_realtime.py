@@ -335,3 +335,26 @@ def test_a_connection_dropped_mid_turn_frees_its_state(server: ServerProcess) ->
         assert server.health()["live_streams"] >= 1
     health = wait_streams_closed(server)
     assert health["live_streams"] == 0
+
+
+def test_a_frame_of_invalid_utf8_closes_with_1007_and_logs_one_line(
+        server: ServerProcess) -> None:
+    """uvicorn logged each such frame with its traceback: any client could fill the log."""
+    from websockets.exceptions import ConnectionClosed
+    from websockets.frames import Frame, Opcode
+
+    with connect(server) as ws:
+        ws.recv(timeout=30)  # session.created
+        # under the client's own check, which would refuse to send it
+        with ws.protocol_mutex:
+            ws.protocol.send_frame(Frame(Opcode.TEXT, b'{"type":"\xff\xfe"}'))
+            ws.send_data()
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=30)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1007
+    deadline = time.monotonic() + 10
+    while "Invalid UTF-8" not in server.output(whole=True) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    log = server.output(whole=True)
+    assert "Invalid UTF-8" in log and "Traceback" not in log, log[-3000:]
+    assert server.health()["status"] == "ok"

@@ -71,6 +71,7 @@ class ServerState:
                       if windows and hasattr(model, "engine") else None)
             scheduler = Scheduler(pool, self.config.max_queue, engine)
             self.model, self.live = model, _live_engine(pool, engine is not None)
+            self.parser.multilingual = bool(getattr(model, "is_multilingual", True))
             # last: /ready answers 200 once the scheduler is set, and a realtime connection
             # made the moment after must find the live engine and the model there too
             self.scheduler = scheduler
@@ -381,8 +382,11 @@ def _transcriber(form: Form, req: TranscriptionRequest, state: ServerState,
             raise ApiError(413, str(e).replace(path, filename) + " this server decodes per "
                            "request", param="file", code="audio_too_long") from None
         except AudioError as e:  # named by the client's file name, not the temp file's
-            raise bad_request(str(e).replace(path, filename), param="file",
-                              code="invalid_audio") from None
+            message = str(e).replace(path, filename)
+            if "(--audio-stream)" in message:  # the field the client set, not the CLI flag
+                raise bad_request(message.replace(" (--audio-stream)", ""),
+                                  param="audio_stream") from None
+            raise bad_request(message, param="file", code="invalid_audio") from None
         except (UserError, ValueError) as e:  # e.g. a language the model does not know
             raise bad_request(str(e).replace(path, filename)) from None
         ends = [s.end for s in result.segments]

@@ -53,12 +53,16 @@ class _Parser(argparse.ArgumentParser):
         raise UserError(message)
 
 
+MAX_API_TEMPERATURE = 1.0
+
+
 class RequestParser:
     """Reads forms against the server's default options and the names its model answers to."""
 
     def __init__(self, defaults: TranscribeOptions, model_names: tuple[str, ...]) -> None:
         self.defaults = defaults
         self.model_names = model_names
+        self.multilingual = True  # the model's, once it is loaded: English-only refuses others
         self._flags = _Parser(add_help=False, exit_on_error=False)
         add_arguments(self._flags, TranscribeOptions)
         self._flags.set_defaults(**{f.name: getattr(defaults, f.name)
@@ -125,9 +129,17 @@ class RequestParser:
             raise _field_error(str(e), form) from None
         if options.language is not None:
             try:
-                to_language_code(options.language)
+                code = to_language_code(options.language)
             except UserError as e:
                 raise bad_request(f"language: {e}", param="language") from None
+            if code != "en" and not self.multilingual:  # before it waits in the queue
+                raise bad_request(f"language: this model is English-only; it cannot "
+                                  f"transcribe {options.language!r}", param="language")
+        # OpenAI's range, "between 0 and 1": past it sampling is near uniform, and a window
+        # that samples best_of tokens to the length limit at each of them took 53 s for 11 s
+        if temperature is not None and max(options.temperature) > MAX_API_TEMPERATURE:
+            raise bad_request(f"temperature must be between 0 and {MAX_API_TEMPERATURE:g}, "
+                              f"got {form.get('temperature')}", param="temperature")
         return options
 
 

@@ -215,9 +215,8 @@ def _turn_detection(td: Any, param: str) -> TurnDetection | None:
         raise SessionError(f"{param} must be an object or null", param)
     kind = td.get("type", "server_vad")
     if kind != "server_vad":
-        raise SessionError(f"{param}.type {_shown(kind)} is not supported: 'server_vad' or "
-                           "null",
-                           f"{param}.type")
+        raise SessionError(f"{param}.type {_shown(kind)} is not supported: 'server_vad' "
+                           f"(or {param} null, for commits by the client)", f"{param}.type")
     values: dict[str, Any] = {}
     for name, kind_ in (("threshold", (int, float)), ("prefix_padding_ms", int),
                         ("silence_duration_ms", int)):

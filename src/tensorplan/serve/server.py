@@ -31,6 +31,17 @@ class _Server(uvicorn.Server):
         self.should_exit = True
 
 
+class _OneLineForClientFaults(logging.Filter):
+    """uvicorn logs a client's text frame of invalid UTF-8 with its traceback (it closes
+    the socket with 1007, as it should): any client could fill the log with them. The
+    record stays, as one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], UnicodeDecodeError):
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
 def serve(config: ServeConfig, load: Callable[[], Any], *, host: str, port: int,
           graceful_s: int = 30) -> int:
     """Serve until a signal; 0 then, 2 when the model could not be loaded."""
@@ -40,6 +51,8 @@ def serve(config: ServeConfig, load: Callable[[], Any], *, host: str, port: int,
                                     timeout_keep_alive=config.keep_alive_s,  # type: ignore
                                     http=header_deadline_protocol(config.header_timeout_s),
                                     lifespan="on", ws_max_size=MAX_FRAME_BYTES))
+    # after uvicorn's Config, which sets up its loggers
+    logging.getLogger("uvicorn.error").addFilter(_OneLineForClientFaults())
     failed: list[str] = []
 
     def on_failure(message: str) -> None:
