@@ -75,7 +75,6 @@ def transcript_on_slow_machine(model: Any, audio: Any, detection: Any, options: 
     jitter = random.Random(seed)
     events: list[Any] = []
     clock = Clock()
-
     stream = LiveStream(options, detection, events.extend, clock=clock)
     pieces = [audio[i:i + PIECE] for i in range(0, len(audio), PIECE)]
     free_at, sent = 0.0, 0

@@ -22,7 +22,7 @@ DEFAULT_URI = "tcp://127.0.0.1:10300"
 DEFAULT_MAX_SECONDS = 300.0  # a voice command is seconds long; longer audio is refused
 # connections open at once: each may hold an utterance of --max-seconds (9.6 MB at 300 s)
 DEFAULT_MAX_CONNECTIONS = 64
-MAX_CONNECTIONS = 4096
+MAX_CONNECTIONS = 4096  # the most --max-connections may say
 MAX_SECONDS = 4 * 3600.0  # the most --max-seconds may say: what a server request may hold
 
 

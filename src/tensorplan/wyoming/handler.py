@@ -12,7 +12,6 @@ decode runs in a thread, at most `sessions` at once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -50,7 +49,7 @@ class Shared:
     options: TranscribeOptions
     sessions: asyncio.Semaphore
     max_seconds: float
-    max_connections: int = 64
+    max_connections: int  # open at once (--max-connections); one more is refused
     connections: int = 0  # open now (the event loop's thread only)
 
 
@@ -198,12 +197,7 @@ class Handler(AsyncEventHandler):
             except BaseException:
                 writing.cancel()
                 raise
-        try:
-            await writing  # each write bounded by WRITE_TIMEOUT_S
-        except ConnectionError:
-            with contextlib.suppress(Exception):
-                await decoding  # done already: its error, if any, is the client's no more
-            raise
+        await writing  # each write bounded by WRITE_TIMEOUT_S (ConnectionError: gone)
         await self.write_event(TranscriptStop().event())
         await self.write_event(Transcript(text=result.text.strip(),
                                           language=result.language).event())

@@ -19,7 +19,7 @@ log = logging.getLogger("tensorplan.wyoming")
 
 
 async def serve(uri: str, whisper: Whisper, model_name: str, options: TranscribeOptions,
-                sessions: int, max_seconds: float, max_connections: int = 64) -> None:
+                sessions: int, max_seconds: float, max_connections: int) -> None:
     """Serve until SIGTERM (a clean stop) or Ctrl-C. A socket that cannot be bound raises
     OSError before anything says the server is listening."""
     server = AsyncServer.from_uri(uri)
