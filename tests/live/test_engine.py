@@ -325,14 +325,17 @@ class Recording:
         self.options: list[TranscribeOptions] = []
         self.one_window: list[bool] = []
         self.windows: list[tuple[float, float | None]] = []  # (audio s, window_s)
+        self.speech_until: list[float | None] = []
 
     def transcribe(self, audio: np.ndarray, options: TranscribeOptions,
-                   one_window: bool = False, window_s: float | None = None) -> Any:
+                   one_window: bool = False, window_s: float | None = None,
+                   speech_until_s: float | None = None) -> Any:
         self.options.append(options)
         self.one_window.append(one_window)
         self.windows.append((len(audio) / 16000, window_s))
+        self.speech_until.append(speech_until_s)
         return self.session.transcribe(audio, options, one_window=one_window,
-                                       window_s=window_s)
+                                       window_s=window_s, speech_until_s=speech_until_s)
 
 
 @needs_vad
@@ -350,8 +353,12 @@ def test_partial_updates_are_greedy_and_the_last_decode_is_not(model: Any,
     assert len(partial) >= 4
     assert all(o.beam_size is None and o.temperature == (0.0,) for o in partial)
     assert last.beam_size == 5 and last.temperature == full.temperature
-    # a partial update is one window (one encoder pass); the last decode the full loop
+    # a partial update is one window (one encoder pass); the last decode the full loop,
+    # with no window started after the speech its VAD heard
     assert rec.one_window == [True] * len(partial) + [False]
+    *partial_until, last_until = rec.speech_until
+    assert partial_until == [None] * len(partial)
+    assert last_until is not None and 4.0 < last_until <= rec.windows[-1][0]
     (done,) = [e for e in events if isinstance(e, Completed)]
     assert normalize(done.transcript).startswith("and so my fellow americans")
     with model.session() as session:  # the option to decode every update in full
@@ -401,7 +408,8 @@ class Windows:
         self.options: list[TranscribeOptions] = []
 
     def transcribe(self, audio: np.ndarray, options: Any, one_window: bool = False,
-                   window_s: float | None = None) -> Any:
+                   window_s: float | None = None, speech_until_s: float | None = None
+                   ) -> Any:
         from types import SimpleNamespace as Ns
 
         self.seconds.append(len(audio) / 16000)
@@ -413,7 +421,8 @@ class Guessing:
     """A session that hears the same two words in every update, each at probability 0.2."""
 
     def transcribe(self, audio: np.ndarray, options: Any, one_window: bool = False,
-                   window_s: float | None = None) -> Any:
+                   window_s: float | None = None, speech_until_s: float | None = None
+                   ) -> Any:
         from types import SimpleNamespace as Ns
 
         said = (Word(" Like", 0.3, 0.6, 0.2), Word(" your", 0.6, 0.9, 0.2))
@@ -501,7 +510,8 @@ class Teller:
         self.seconds: list[float] = []
 
     def transcribe(self, audio: np.ndarray, options: Any, one_window: bool = False,
-                   window_s: float | None = None) -> Any:
+                   window_s: float | None = None, speech_until_s: float | None = None
+                   ) -> Any:
         from types import SimpleNamespace as Ns
 
         self.seconds.append(len(audio) / 16000)
@@ -540,7 +550,8 @@ class Straddler:
     silence before it, across the seam of turns decoded together."""
 
     def transcribe(self, audio: np.ndarray, options: Any, one_window: bool = False,
-                   window_s: float | None = None) -> Any:
+                   window_s: float | None = None, speech_until_s: float | None = None
+                   ) -> Any:
         from types import SimpleNamespace as Ns
 
         words = [Word(f" w{t}", t - 0.2 if t else 0.5, t + 0.8, 0.9)
@@ -574,7 +585,8 @@ class Prompted:
         self.prompts: list[str] = []
 
     def transcribe(self, audio: np.ndarray, options: Any, one_window: bool = False,
-                   window_s: float | None = None) -> Any:
+                   window_s: float | None = None, speech_until_s: float | None = None
+                   ) -> Any:
         from types import SimpleNamespace as Ns
 
         self.prompts.append(options.initial_prompt or "")
@@ -604,7 +616,8 @@ class SpeakerOfSilence:
     it, as Whisper does on the pause that ends a turn."""
 
     def transcribe(self, audio: np.ndarray, options: Any, one_window: bool = False,
-                   window_s: float | None = None) -> Any:
+                   window_s: float | None = None, speech_until_s: float | None = None
+                   ) -> Any:
         from types import SimpleNamespace as Ns
 
         end = len(audio) / 16000
@@ -631,7 +644,8 @@ class Thanker:
     real segment whose last word is short and unsure but real."""
 
     def transcribe(self, audio: np.ndarray, options: Any, one_window: bool = False,
-                   window_s: float | None = None) -> Any:
+                   window_s: float | None = None, speech_until_s: float | None = None
+                   ) -> Any:
         from types import SimpleNamespace as Ns
 
         if len(audio) < 10.6 * 16000:

@@ -78,6 +78,7 @@ class Session:
                    max_audio_seconds: float | None = None,
                    one_window: bool = False,
                    window_s: float | None = None,
+                   speech_until_s: float | None = None,
                    **overrides: Any) -> TranscriptionResult:
         """Transcribe a file path or 16 kHz mono samples (see Whisper.transcribe).
         `max_audio_seconds`: AudioTooLongError for longer audio, from the file's declared
@@ -88,7 +89,10 @@ class Session:
         first clip's first window; not with batch_size (UserError).
         `window_s`: decode in windows of this many seconds instead of 30 (a narrowed
         encoder, WhisperModel.narrowed: for audio much shorter than 30 s, at some cost in
-        accuracy; a live stream's updates); a multiple of 0.02 below 30."""
+        accuracy; a live stream's updates); a multiple of 0.02 below 30.
+        `speech_until_s`: where the speech in the audio ends, by the caller's voice
+        activity detection: a window after the first with (almost) no speech left is not
+        decoded (a live turn's last decode; decoding/seek_loop.py)."""
         if self.closed:  # its memory is gone: say so, not a missing buffer deep inside
             raise RuntimeError("this Session is closed: make a new one with model.session()")
         if not self._busy.acquire(blocking=False):
@@ -100,7 +104,7 @@ class Session:
                 self.dirty = False
             try:
                 return self._run(audio, options, on_segment, progress, vad_options, overrides,
-                                 max_audio_seconds, one_window, window_s)
+                                 max_audio_seconds, one_window, window_s, speech_until_s)
             except BaseException:
                 self.dirty = True
                 raise
@@ -111,7 +115,8 @@ class Session:
              on_segment: SegmentCallback | None, progress: ProgressCallback | None,
              vad_options: VadOptions | None, overrides: dict[str, Any],
              max_audio_seconds: float | None = None,
-             one_window: bool = False, window_s: float | None = None) -> TranscriptionResult:
+             one_window: bool = False, window_s: float | None = None,
+             speech_until_s: float | None = None) -> TranscriptionResult:
         from tensorplan.whisper.audio.decode import open_audio
 
         changes, printer = openai_args.split(overrides, TranscribeOptions.__dataclass_fields__)
@@ -124,6 +129,9 @@ class Session:
         if window_s is not None and opts.batch_size is not None:
             raise UserError("window_s narrows the windows of one transcription; batch_size "
                             "decodes 30 s chunks in batches: choose one")
+        if speech_until_s is not None and (opts.batch_size is not None or opts.vad_filter):
+            raise UserError("speech_until_s counts the seconds of the audio as given; "
+                            "batch_size and vad_filter decode other windows of it")
         n_audio_ctx = None if window_s is None else _positions(window_s, self.whisper.dims)
         if opts.batch_size is not None:  # refused before a byte is decoded
             from tensorplan.whisper.decoding.batched import group_size
@@ -134,7 +142,7 @@ class Session:
                              max_seconds=max_audio_seconds)
         try:
             return self._decode(samples, opts, on_segment, progress, vad_options, one_window,
-                                n_audio_ctx)
+                                n_audio_ctx, speech_until_s)
         finally:
             if samples is not audio and hasattr(samples, "close"):  # a file being decoded
                 samples.close()
@@ -142,7 +150,8 @@ class Session:
     def _decode(self, samples: Any, opts: TranscribeOptions,
                 on_segment: SegmentCallback | None, progress: ProgressCallback | None,
                 vad_options: VadOptions | None, one_window: bool = False,
-                n_audio_ctx: int | None = None) -> TranscriptionResult:
+                n_audio_ctx: int | None = None,
+                speech_until_s: float | None = None) -> TranscriptionResult:
         from tensorplan.whisper.audio.mel import MelFrames
 
         if opts.batch_size is not None:  # chunks cut at pauses over the whole file: read it
@@ -160,7 +169,8 @@ class Session:
         state = self.state if n_audio_ctx is None else self.state.narrowed(n_audio_ctx)
         aligner = WordAligner(state, opts) if opts.word_timestamps else None
         result = transcribe(state, mel, opts, on_segment=on_segment, progress=progress,
-                            aligner=aligner, one_window=one_window)
+                            aligner=aligner, one_window=one_window,
+                            speech_until_s=speech_until_s)
         return speech.restore(result) if speech is not None else result
 
     def _run_batched(self, samples: np.ndarray, opts: TranscribeOptions,

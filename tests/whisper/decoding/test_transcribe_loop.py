@@ -93,6 +93,21 @@ def test_one_window_keeps_the_unfinished_segment_and_encodes_once() -> None:
     assert seeks(model) == [0] and spans(segments) == [(0.0, 1.0, " hello")]  # no 2nd clip
 
 
+def test_no_later_window_starts_where_the_speech_has_ended() -> None:
+    """A live turn's last decode knows where its speech ended (its VAD): the silence after
+    a timestamp pair at the last word is not decoded as a window of its own, but a window
+    that starts before the speech ends still is, and the first window always."""
+    first = Window([ts(0), HELLO, ts(1), ts(1), FOO, ts(2.5), ts(2.5), BAR])
+    model, segments = run(600, first, Window([ts(0), BAR, WORLD]), speech_until_s=2.5)
+    assert seeks(model) == [0]  # the second window would start at 2.5 s: no speech left
+    assert spans(segments) == [(0.0, 1.0, " hello"), (1.0, 2.5, " foo")]
+    model, segments = run(600, first, Window([ts(0), BAR, WORLD]), speech_until_s=2.52)
+    assert seeks(model) == [0, 250]  # 20 ms of speech after 2.5 s: decoded
+    assert spans(segments)[-1] == (2.5, 6.0, " bar world")
+    model, _ = run(600, first, speech_until_s=0.0)
+    assert seeks(model) == [0]
+
+
 def test_each_window_is_zero_padded_to_3000_frames() -> None:
     model, _ = run(600, Window([ts(0), HELLO, ts(1), ts(1), FOO, ts(2.5), ts(2.5), BAR]),
                    Window([ts(0), BAR, ts(1)]))

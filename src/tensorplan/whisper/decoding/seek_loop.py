@@ -105,7 +105,8 @@ def transcribe(model: DecodingSession, mel: np.ndarray | WindowSource,
                on_segment: SegmentCallback | None = None,
                progress: ProgressCallback | None = None,
                aligner: Aligner | None = None,
-               one_window: bool = False) -> TranscriptionResult:
+               one_window: bool = False,
+               speech_until_s: float | None = None) -> TranscriptionResult:
     """Transcribe audio of any length.
 
     mel : a log-mel array, shape = (n_mels, n_frames), computed from the audio followed by 30 s
@@ -116,10 +117,13 @@ def transcribe(model: DecodingSession, mel: np.ndarray | WindowSource,
     aligner : required for `options.word_timestamps` (see `Aligner`).
     one_window : decode the first window only, its unfinished last segment kept (see
         `SeekLoop`).
+    speech_until_s : where the audio's speech ends, as the caller's voice activity
+        detection heard it: no window after the first starts there or later (`SeekLoop`).
     """
     frames = PaddedMel(mel) if isinstance(mel, np.ndarray) else mel
     loop = SeekLoop(model, frames, options or TranscribeOptions(), aligner=aligner,
-                    on_segment=on_segment, progress=progress, one_window=one_window)
+                    on_segment=on_segment, progress=progress, one_window=one_window,
+                    speech_until_s=speech_until_s)
     return loop.run()
 
 
@@ -143,15 +147,26 @@ class SeekLoop:
     last timestamp pair keeps the text after it as one more segment (`with_tail`), where
     the full loop drops it and decodes it again from the next window: one encoder pass,
     for a caller that decodes the same audio again soon (a live stream's partial
-    update, whose words are committed only when the next update agrees)."""
+    update, whose words are committed only when the next update agrees).
+
+    `speech_until_s`: where the audio's speech ends (the caller's voice activity
+    detection); no window after the first starts there or later. Whisper often ends a
+    window with a timestamp pair at the last word, and the full loop then decodes the
+    silence after it as a window of its own: in a live turn's last decode that cost an
+    encoder pass and a beam search (some with every fallback temperature) for "Thank
+    you." or dots, which the stream dropped anyway."""
 
     def __init__(self, model: DecodingSession, frames: WindowSource, options: TranscribeOptions, *,
                  aligner: Aligner | None = None, on_segment: SegmentCallback | None = None,
-                 progress: ProgressCallback | None = None, one_window: bool = False):
+                 progress: ProgressCallback | None = None, one_window: bool = False,
+                 speech_until_s: float | None = None):
         if options.word_timestamps and aligner is None:
             raise UserError("word_timestamps needs an aligner for word-level timing")
         self.model, self.frames, self.aligner = model, frames, aligner
         self.one_window = one_window
+        # no window after the first starts at this frame or later
+        self.last_start = (float("inf") if speech_until_s is None
+                           else speech_until_s * FRAMES_PER_SECOND)
         self.encoded: tuple[int, int] | None = None  # (seek, frames) the model holds now
         self.on_segment, self.progress = on_segment, progress
         self.tokenizer = model.tokenizer
@@ -174,7 +189,8 @@ class SeekLoop:
         seek = 0
         for clip_start, clip_end in self.clips():
             seek = max(seek, clip_start)
-            while seek < clip_end and not (self.one_window and self.n_windows):
+            while seek < clip_end and not (self.n_windows and (
+                    self.one_window or seek >= self.last_start)):
                 seek = self.step(seek, clip_end)
                 if self.progress:
                     self.progress(min(seek, self.content_frames), self.content_frames)
