@@ -129,6 +129,10 @@ class Session:
         if window_s is not None and opts.batch_size is not None:
             raise UserError("window_s narrows the windows of one transcription; batch_size "
                             "decodes 30 s chunks in batches: choose one")
+        if speech_until_s is not None and not (isinstance(speech_until_s, (int, float))
+                                               and 0 <= speech_until_s < float("inf")):
+            raise ValueError(f"speech_until_s must be a number of seconds >= 0, "
+                             f"got {speech_until_s!r}")
         if speech_until_s is not None and (opts.batch_size is not None or opts.vad_filter):
             raise UserError("speech_until_s counts the seconds of the audio as given; "
                             "batch_size and vad_filter decode other windows of it")

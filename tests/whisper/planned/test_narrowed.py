@@ -94,6 +94,9 @@ def test_window_s_is_checked(tiny_model_factory, jfk_audio):
                 session.transcribe(jfk_audio[:16000], window_s=bad)
         with pytest.raises(UserError, match="window_s.*batch_size"):
             session.transcribe(jfk_audio[:16000], window_s=10.0, batch_size=2)
+        for bad in (-1.0, float("nan"), float("inf"), "1"):
+            with pytest.raises(ValueError, match="speech_until_s must be a number"):
+                session.transcribe(jfk_audio[:16000], speech_until_s=bad)
         for other in ({"batch_size": 2}, {"vad_filter": True}):  # their windows differ
             with pytest.raises(UserError, match="speech_until_s"):
                 session.transcribe(jfk_audio[:16000], speech_until_s=0.5, **other)
