@@ -91,8 +91,8 @@ class Session:
         encoder, WhisperModel.narrowed: for audio much shorter than 30 s, at some cost in
         accuracy; a live stream's updates); a multiple of 0.02 below 30.
         `speech_until_s`: where the speech in the audio ends, by the caller's voice
-        activity detection: a window after the first with (almost) no speech left is not
-        decoded (a live turn's last decode; decoding/seek_loop.py)."""
+        activity detection: no window after the first starts there or later (a live
+        turn's last decode, whose closing silence needs no window; decoding/seek_loop.py)."""
         if self.closed:  # its memory is gone: say so, not a missing buffer deep inside
             raise RuntimeError("this Session is closed: make a new one with model.session()")
         if not self._busy.acquire(blocking=False):
