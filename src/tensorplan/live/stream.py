@@ -356,14 +356,15 @@ class LiveStream:
             options = self.options.transcribe_options(self._prompt(turn.number, offset_s),
                                                       thorough, audio_s)
             window_s = self.options.window_s(audio_s, final)
+            # a last decode needs no window over the silence after its last turn's speech
+            last = group[-1]
+            speech_until = ((starts[-1] + last.speech_end - last.offset) / SAMPLE_RATE
+                            if final else None)
         t0 = time.perf_counter()
         # a partial update decodes one window (one encoder pass), its newest words kept
         # where the full loop would decode them again from a second window
-        # a last decode needs no window over the silence after the turn's speech
-        last = group[-1]
-        speech_until = (starts[-1] + last.speech_end - last.offset) / SAMPLE_RATE
         result = session.transcribe(window, options, one_window=not final, window_s=window_s,
-                                    speech_until_s=speech_until if final else None)
+                                    speech_until_s=speech_until)
         elapsed = time.perf_counter() - t0
         heard = self._heard(result.segments, group, starts)
         segment_ends = [offset_s + s.end for s in result.segments]
