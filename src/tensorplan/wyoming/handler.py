@@ -196,6 +196,11 @@ class Handler(AsyncEventHandler):
                 result = await decoding
             except BaseException:
                 writing.cancel()
+                # its outcome is taken (asyncio would log an unread one as "never
+                # retrieved"); a client already gone makes this a quiet disconnect
+                gone = (await asyncio.gather(writing, return_exceptions=True))[0]
+                if isinstance(gone, ConnectionError):
+                    raise gone from None
                 raise
         await writing  # each write bounded by WRITE_TIMEOUT_S (ConnectionError: gone)
         await self.write_event(TranscriptStop().event())
