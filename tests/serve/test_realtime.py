@@ -148,6 +148,56 @@ def test_without_turn_detection_the_client_commits(client: Any) -> None:
     check_deltas_join(events)
 
 
+def _check_logprobs(event: dict[str, Any], text: str) -> None:
+    entries = event["logprobs"]
+    assert "".join(e["token"] for e in entries) == text, (entries, text)
+    for e in entries:
+        assert -1e3 < e["logprob"] <= 0
+        assert bytes(e["bytes"]) == e["token"].encode()
+
+
+@pytest.mark.parametrize("shape", ["current", "beta"])
+def test_include_logprobs_gives_each_words_logprob(client: Any, shape: str) -> None:
+    """`include: ["item.input_audio_transcription.logprobs"]`: one entry per word, joining
+    to the delta and the transcript; the client parses them as OpenAI's type."""
+    include = ["item.input_audio_transcription.logprobs"]
+    if shape == "current":
+        update = current_update(None)
+        update["session"]["include"] = include
+    else:
+        update = {"type": "transcription_session.update",
+                  "session": {"turn_detection": None, "include": include}}
+    parsed: list[Any] = []
+    with realtime(client) as conn:
+        conn.send(update)
+        feeder = Feeder(conn.send, appends(jfk_pcm24(0.3)), speed=0,
+                        closing=({"type": "input_audio_buffer.commit"},))
+        feeder.start()
+        events = collect(conn.recv_bytes, on_event=lambda raw, e: parsed.append(
+            conn.parse_event(raw)))
+    updated = next(e for e in events if e["type"].endswith("session.updated"))
+    assert updated["session"]["include"] == include
+    deltas = of(events, f"{PREFIX}.delta")
+    assert deltas
+    for d in deltas:
+        _check_logprobs(d, d["delta"])
+    (done,) = of(events, f"{PREFIX}.completed")
+    assert normalize(done["transcript"]) == normalize(GOLDEN)
+    _check_logprobs(done, done["transcript"])
+    # most of jfk is heard clearly: its words' mean probability is well above chance
+    assert np.mean([np.exp(e["logprob"]) for e in done["logprobs"]]) > 0.5
+    (typed,) = [p for p in parsed if p.type == f"{PREFIX}.completed"]
+    assert len(typed.logprobs) == len(done["logprobs"])
+    # without include, none (as OpenAI's)
+    with realtime(client) as conn:
+        conn.send(current_update(None))
+        feeder = Feeder(conn.send, appends(jfk_pcm24(0.3)), speed=0,
+                        closing=({"type": "input_audio_buffer.commit"},))
+        feeder.start()
+        events = collect(conn.recv_bytes)
+    assert all("logprobs" not in e for e in events)
+
+
 def test_16khz_pcm_is_an_extension(client: Any) -> None:
     from realtime_helpers import samples16k
     from serve_helpers import JFK
@@ -266,6 +316,10 @@ def _exchange(ws: Any, frame: str | bytes) -> dict[str, Any]:
     ('{"type": "session.update", "session": {"type": "transcription", "audio": {"input": '
      '{"transcription": {"model": "no-such-model"}}}}}', "invalid_session",
      "session.audio.input.transcription.model"),
+    ('{"type": "session.update", "session": {"type": "transcription", "include": '
+     '"item.input_audio_transcription.logprobs"}}', "invalid_session", "session.include"),
+    ('{"type": "transcription_session.update", "session": {"include": ["item.other"]}}',
+     "invalid_session", "session.include"),
     # a JSON escape of half a surrogate pair: accepted, it made every turn fail after it
     ('{"type": "session.update", "session": {"type": "transcription", "audio": {"input": '
      '{"transcription": {"prompt": "hi \\ud800"}}}}}', "invalid_session",

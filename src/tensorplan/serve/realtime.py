@@ -16,6 +16,7 @@ import dataclasses
 import hmac
 import json
 import logging
+import math
 import secrets
 from typing import Any
 
@@ -33,6 +34,7 @@ from tensorplan.live import (
     SpeechStopped,
     Tail,
 )
+from tensorplan.live.agreement import TimedWord
 from tensorplan.live.pcm import PcmDecoder
 from tensorplan.serve.client_secrets import PREFIX as SECRET_PREFIX
 from tensorplan.serve.realtime_session import RealtimeSession, SessionError
@@ -51,6 +53,21 @@ POLICY_VIOLATION = 1008  # close code: no key, a wrong key, or a client that doe
 INTERNAL_ERROR = 1011  # close code: a fault of this server's, logged with its traceback
 TRY_AGAIN_LATER = 1013  # close code: the model is still loading
 TAIL_EVENT = "tensorplan.transcription.tail"
+MIN_PROBABILITY = 1e-12  # a word's probability is floored here for its logprob (log 0)
+
+
+def _unspaced(tokens: list[str], length: int) -> list[str]:
+    """The words' texts less the leading spaces a turn's text drops (its first word is
+    sent unspaced), so that they join to `length` characters as the text does."""
+    extra = sum(map(len, tokens)) - length
+    for i, token in enumerate(tokens):
+        if extra <= 0:
+            break
+        cut = min(extra, len(token) - len(token.lstrip()))
+        tokens[i], extra = token[cut:], extra - cut
+        if tokens[i]:
+            break
+    return tokens
 
 
 def _event_id() -> str:
@@ -242,17 +259,31 @@ class Connection:
                     "previous_item_id": previous}
         prefix = "conversation.item.input_audio_transcription"
         if isinstance(e, Delta):
-            return {"type": f"{prefix}.delta", **base, "content_index": 0, "delta": e.text}
+            return {"type": f"{prefix}.delta", **base, "content_index": 0, "delta": e.text,
+                    **self._logprobs(e.text, e.words)}
         if isinstance(e, Tail):
             return {"type": TAIL_EVENT, **base, "content_index": 0, "text": e.text}
         if isinstance(e, Completed):
             return {"type": f"{prefix}.completed", **base, "content_index": 0,
                     "transcript": e.transcript,
-                    "usage": {"type": "duration", "seconds": round(e.audio_s, 3)}}
+                    "usage": {"type": "duration", "seconds": round(e.audio_s, 3)},
+                    **self._logprobs(e.transcript, e.words)}
         assert isinstance(e, Failed)
         return {"type": f"{prefix}.failed", **base, "content_index": 0,
                 "error": {"type": "server_error", "code": "transcription_failed",
                           "message": e.message, "param": None}}
+
+    def _logprobs(self, text: str, words: tuple[TimedWord, ...]) -> dict[str, Any]:
+        """`logprobs` where the session's `include` asks for them: one entry per word (its
+        text as decoded is the "token", joining to `text`; the log of the word's
+        probability, its tokens' mean from the word-timestamp pass)."""
+        if not self.session.logprobs:
+            return {}
+        tokens = _unspaced([w.text for w in words], len(text))
+        return {"logprobs": [{"token": t, "logprob": round(math.log(max(w.probability,
+                                                                        MIN_PROBABILITY)), 6),
+                              "bytes": list(t.encode())} for t, w in zip(tokens, words,
+                                                                        strict=True)]}
 
     # --- receiving
 

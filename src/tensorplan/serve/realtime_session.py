@@ -28,6 +28,7 @@ BETA_FORMATS = {"pcm16": ("s16le", 24000), "g711_ulaw": ("mulaw", 8000),
 # 223 tokens (about 1,000 characters of English): a longer one costs work and echoes in
 # every session.updated, and a 3.5 MB prompt made one turn's decodes 4x slower
 MAX_PROMPT_CHARS = 8192
+LOGPROBS = "item.input_audio_transcription.logprobs"  # the one item `include` knows
 SHOWN_CHARS = 40  # of a client's value quoted back in an error
 
 
@@ -49,6 +50,7 @@ class RealtimeSession:
     language: str | None = None
     prompt: str | None = None
     turn_detection: TurnDetection | None = field(default_factory=TurnDetection)
+    logprobs: bool = False  # `include` holds LOGPROBS: deltas and transcripts carry them
 
     # --- reading an update
 
@@ -62,6 +64,8 @@ class RealtimeSession:
             new = self._beta(session)
         else:
             new = self._current(session)
+        if "include" in session:
+            new = dataclasses.replace(new, logprobs=_include(session["include"]))
         if new.model not in models and new.model not in OPENAI_MODELS:
             raise SessionError(f"the model {_shown(new.model)} is not served here; use "
                                f"{models[0]!r}", _param(new.shape, "model"))
@@ -160,6 +164,7 @@ class RealtimeSession:
         td = None if self.turn_detection is None else {
             "type": "server_vad", **dataclasses.asdict(self.turn_detection)}
         name = next(n for n, v in FORMATS.items() if v[0] == self.encoding)
+        include = [LOGPROBS] if self.logprobs else None
         fmt_obj: dict[str, Any] = {"type": name}
         if self.encoding == "s16le":
             fmt_obj["rate"] = self.rate
@@ -172,12 +177,27 @@ class RealtimeSession:
             return {"id": self.id, "object": "realtime.transcription_session",
                     "input_audio_format": fmt, "input_audio_transcription": transcription,
                     "turn_detection": td, "input_audio_noise_reduction": None,
-                    "include": None, "modalities": ["text"]}
+                    "include": include, "modalities": ["text"]}
         return {"type": "transcription", "id": self.id,
                 "object": "realtime.transcription_session",
                 "audio": {"input": {"format": fmt_obj, "transcription": transcription,
                                     "turn_detection": td, "noise_reduction": None}},
-                "include": None}
+                "include": include}
+
+
+def _include(value: Any) -> bool:
+    """Whether `session.include` (a list of item names, or null) asks for logprobs."""
+    if value is None:
+        return False
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise SessionError("session.include must be a list of strings or null",
+                           "session.include")
+    unknown = [v for v in value if v != LOGPROBS]
+    if unknown:
+        raise SessionError(f"session.include: {_shown(unknown[0])} is not an item this "
+                           f"server includes; the one known is {LOGPROBS!r}",
+                           "session.include")
+    return bool(value)
 
 
 def _shown(value: Any) -> str:
