@@ -7,7 +7,7 @@ import subprocess
 import tempfile
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -256,6 +256,34 @@ def test_a_failed_decode_fails_its_turn_and_says_only_what_the_client_can_use(
     (failed,) = [e for e in seen if isinstance(e, Failed)]
     assert shown in failed.message and "TextInputSequence" not in failed.message
     assert stream.idle()  # the stream goes on: nothing waits on the failed turn
+
+
+def test_a_closed_stream_lets_its_owner_go_without_the_cycle_collector() -> None:
+    """A server connection holds its stream and the stream called back into it; the
+    connection (its buffers, its resampler) must go when it closes, not at a full GC."""
+    import gc
+    import weakref
+
+    class Owner:
+        def __init__(self, engine: LiveEngine) -> None:
+            self.audio = np.zeros(16000 * 30, np.float32)
+            self.stream = engine.open(GREEDY, TurnDetection(), self.receive)
+
+        def receive(self, events: list[Any]) -> None:
+            pass
+
+    engine = LiveEngine(lambda: nullcontext(None), workers=1)
+    owner = Owner(engine)
+    owner.stream.append(np.zeros(1600, np.float32))
+    gone = weakref.ref(owner)
+    gc.disable()
+    try:
+        engine.close(owner.stream)
+        del owner
+        assert gone() is None
+    finally:
+        gc.enable()
+        engine.shutdown()
 
 
 # --- a stream over a real session

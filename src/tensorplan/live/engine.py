@@ -64,6 +64,7 @@ class LiveEngine:
             stream.closed = True
             if stream in self._ring:
                 self._ring.remove(stream)
+        stream.detach()
 
     def wake(self) -> None:
         with self._cond:
