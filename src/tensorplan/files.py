@@ -168,6 +168,19 @@ def write_atomic(path: str | os.PathLike[str], data: bytes, what: str = "output"
     _fsync_dir(target.parent)
 
 
+def check_writable_dir(directory: str | os.PathLike[str]) -> None:
+    """That a file can be created in `directory` now (UserError if not), as the outputs'
+    temp files will be: for a command whose outputs come at the end of input that cannot
+    be read again (a live stream), where a permission problem found then loses them."""
+    probe = Path(directory) / f".tensorplan-probe.{secrets.token_hex(6)}.tmp"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        probe.unlink()
+    except OSError as e:
+        raise UserError(f"cannot write to output directory {quote(directory)}: "
+                        f"{reason(e)}") from None
+
+
 def _open_temp(path: str | os.PathLike[str], what: str, parents: bool) -> tuple[Path, Path, int]:
     """(the rename target, the temp file beside it, the temp file's descriptor)."""
     target = writable_target(path, what)

@@ -102,6 +102,40 @@ def test_an_output_that_is_a_directory_is_refused_before_the_session(tmp_path: P
     assert sorted(p.name for p in tmp_path.iterdir()) == ["jfk.srt"]
 
 
+def _unwritable_dir(tmp_path: Path) -> Path:
+    if os.geteuid() != 0:
+        tmp_path.chmod(0o500)
+        return tmp_path
+    if not Path("/sys/kernel").is_dir():  # root writes anywhere a mode forbids
+        pytest.skip("running as root without /sys, which refuses new files even to root")
+    return Path("/sys/kernel")
+
+
+def test_an_unwritable_output_directory_is_refused_before_the_session(tmp_path: Path) -> None:
+    # found at the end before: the whole session heard, then every output lost
+    out = _unwritable_dir(tmp_path)
+    try:
+        proc = live(str(JFK), "-o", str(out), "-f", "txt")
+    finally:
+        tmp_path.chmod(0o700)
+    assert proc.returncode == 2 and proc.stdout == b""
+    err = proc.stderr.decode().strip()
+    assert "cannot write to output directory" in err and len(err.splitlines()) == 1, err
+
+
+def test_empty_or_closed_stdin_is_one_line() -> None:
+    proc = live("-", stdin=b"")
+    assert proc.returncode == 2
+    assert proc.stderr.decode().strip() == \
+        "tensorplan: error: -: standard input ended before any audio (0 bytes)"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    closed = subprocess.run(["sh", "-c", 'exec "$0" -m tensorplan live - <&-', sys.executable],
+                            capture_output=True, env=env, timeout=600)
+    err = closed.stderr.decode().strip()
+    assert closed.returncode == 2 and "standard input is closed" in err, err
+    assert len(err.splitlines()) == 1
+
+
 def test_a_language_by_name_is_english_on_an_english_only_model() -> None:
     # "English" was compared as a string with "en" and refused as not English
     proc = live(str(JFK), "--language", "English", "--beam-size", "none",

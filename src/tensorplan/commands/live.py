@@ -71,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
     import dataclasses
 
     from tensorplan.commands.transcribe import model_options
+    from tensorplan.files import check_writable_dir
     from tensorplan.live import LiveEngine, LiveOptions, TurnDetection
     from tensorplan.whisper.api import load
     from tensorplan.whisper.flags import from_args
@@ -87,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
         # before the model loads: a live session's text cannot be had again at the end
         formats = parse_formats(args.output_format or "all")
         ensure_output_dir(out_dir)
+        check_writable_dir(out_dir)
         check_outputs([_name(args)], out_dir, formats)
     language = _language_code(decoding.language)
     model = load(model_options(args, decoding))
@@ -228,6 +230,9 @@ def _reader(args: argparse.Namespace) -> Any:
     if args.source == "-":
         from tensorplan.live.pcm import PcmDecoder
 
+        if sys.stdin is None:  # started with stdin closed (`<&-`)
+            raise UserError("-: standard input is closed: pipe raw PCM into it")
+
         try:
             decoder = PcmDecoder(args.encoding, args.rate, args.channels)
         except ValueError as e:
@@ -262,8 +267,12 @@ def _file(stream: Any, path: Path, realtime: bool) -> None:
 def _stdin(stream: Any, decoder: Any) -> None:
     piece = max(decoder.frame_bytes, int(decoder.rate * PIECE_S) * decoder.frame_bytes)
     source = sys.stdin.buffer
+    read = 0
     while data := source.read(piece):
+        read += len(data)
         _feed(stream, decoder.decode(data))
+    if not read:  # an upstream ffmpeg that failed, or nothing piped: say so, not silence
+        raise UserError("-: standard input ended before any audio (0 bytes)")
     _feed(stream, decoder.decode(b"", last=True))
 
 
