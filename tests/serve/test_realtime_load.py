@@ -106,3 +106,37 @@ def test_a_client_that_stops_reading_is_dropped_and_others_go_on(
                 while True:
                     ws.recv(timeout=30)
     assert wait_streams_closed(server)["live_streams"] == 0
+
+
+def test_past_max_live_streams_a_connection_is_refused_and_the_others_carry_on() -> None:
+    """Each realtime connection holds a live stream and its buffered frames (~35 MB when
+    it floods): an uncapped server grew by 1.2 GB for 300 of them."""
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect as ws_connect
+
+    server = ServerProcess("--beam-size", "none", "--sessions", "1",
+                           "--max-live-streams", "2")
+    url = server.url.replace("http://", "ws://") + "/v1/realtime?intent=transcription"
+    try:
+        with ws_connect(url) as a, ws_connect(url) as b:
+            for ws in (a, b):
+                assert json.loads(ws.recv(timeout=30))["type"] == "session.created"
+            with ws_connect(url) as c:
+                reply = json.loads(c.recv(timeout=30))
+                assert reply["type"] == "error", reply
+                assert reply["error"]["code"] == "too_many_connections"
+                assert "--max-live-streams" in reply["error"]["message"]
+                with pytest.raises(ConnectionClosed) as closed:
+                    c.recv(timeout=30)
+                assert closed.value.rcvd is not None and closed.value.rcvd.code == 1013
+            b.close()
+            deadline = time.monotonic() + 30
+            while server.health()["live_streams"] > 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            with ws_connect(url) as d:  # a place freed is a place taken
+                assert json.loads(d.recv(timeout=30))["type"] == "session.created"
+            a.send(json.dumps({"type": "input_audio_buffer.clear"}))
+            assert json.loads(a.recv(timeout=30))["type"] == "input_audio_buffer.cleared"
+        assert server.health()["status"] == "ok"
+    finally:
+        assert server.stop() == 0

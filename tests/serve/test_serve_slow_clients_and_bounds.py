@@ -127,6 +127,7 @@ def test_batched_requests_give_their_memory_back(server: ServerProcess) -> None:
     (("--max-upload-mb", "nan"), "--max-upload-mb"),
     (("--max-upload-mb", "inf"), "--max-upload-mb"),
     (("--max-queue", "-1"), "--max-queue"),
+    (("--max-live-streams", "0"), "--max-live-streams"),
     (("--sessions", "0"), "--sessions"),
     (("--port", "70000"), "--port"),
     (("--port", "-1"), "--port"),

@@ -59,6 +59,11 @@ def register(sub: Any) -> None:
                         help="largest accepted upload in MB (default: 100)")
     server.add_argument("--max-queue", type=int, default=64,
                         help="requests waiting for a session before 429s (default: 64)")
+    server.add_argument("--max-live-streams", type=int,
+                        default=limits.DEFAULT_MAX_LIVE_STREAMS, metavar="N",
+                        help="realtime WebSocket connections open at once; one more is "
+                        "closed with 1013 and an error event (default: "
+                        f"{limits.DEFAULT_MAX_LIVE_STREAMS})")
     server.add_argument("--max-audio-seconds", type=float, default=DEFAULT_MAX_AUDIO_SECONDS,
                         help="longest audio one request may decode, from the file's declared "
                         "duration and while decoding; longer is a 413 (default: "
@@ -109,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
         api_key=args.api_key or None,
         max_upload_bytes=int(args.max_upload_mb * (1 << 20)),
         max_queue=args.max_queue,
+        max_live_streams=args.max_live_streams,
         defaults=from_args(TranscribeOptions, args),
         max_audio_seconds=args.max_audio_seconds,
         header_timeout_s=args.header_timeout,
@@ -130,6 +136,7 @@ def check_settings(args: argparse.Namespace, sessions: int) -> None:
     limits.check_port(args.port)
     limits.check_count("--sessions", sessions, 1, limits.MAX_SESSIONS)
     limits.check_count("--max-queue", args.max_queue, 0, limits.MAX_QUEUE)
+    limits.check_count("--max-live-streams", args.max_live_streams, 1, limits.MAX_LIVE_STREAMS)
     if args.engine_windows is not None:
         limits.check_count("--engine-windows", args.engine_windows, 0,
                            limits.MAX_ENGINE_WINDOWS)

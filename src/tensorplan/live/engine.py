@@ -66,6 +66,12 @@ class LiveEngine:
                 self._ring.remove(stream)
         stream.detach()
 
+    @property
+    def streams(self) -> int:
+        """Streams open now."""
+        with self._cond:
+            return len(self._ring)
+
     def wake(self) -> None:
         with self._cond:
             self._cond.notify()

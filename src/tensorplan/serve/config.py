@@ -8,6 +8,7 @@ from tensorplan.serve.limits import (
     BODY_IDLE_TIMEOUT_S,
     BODY_TIMEOUT_S,
     DEFAULT_ENGINE_WINDOWS,
+    DEFAULT_MAX_LIVE_STREAMS,
     HEADER_TIMEOUT_S,
     KEEP_ALIVE_S,
 )
@@ -28,6 +29,7 @@ class ServeConfig:
     api_key: str | None = field(default=None, repr=False)  # never printed
     max_upload_bytes: int = 100 << 20
     max_queue: int = 64
+    max_live_streams: int = DEFAULT_MAX_LIVE_STREAMS  # realtime connections open at once
     defaults: TranscribeOptions = field(default_factory=TranscribeOptions)
     spool_dir: str | None = None  # temp files for uploads (default: the system's)
     max_audio_seconds: float | None = DEFAULT_MAX_AUDIO_SECONDS  # decoded per request

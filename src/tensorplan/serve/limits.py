@@ -20,6 +20,11 @@ MAX_ENGINE_WINDOWS = 64  # window slots decoding together: 64 tiny windows hold 
 MAX_ENGINE_MEMORY_MB = float(1 << 24)  # 16 TiB: a budget, not an allocation (the windows cap it)
 MAX_QUEUE = 100_000  # waiting requests, each holding its spooled upload on disk
 MAX_UPLOAD_MB = 1 << 20  # 1 TiB: beyond any real recording
+# Realtime WebSocket connections open at once (--max-live-streams): each holds its live
+# stream (up to a minute of undecoded audio) and what the transport has buffered for it,
+# ~35 MB for a client flooding 4 MiB frames; past the limit a connection is refused (1013)
+DEFAULT_MAX_LIVE_STREAMS = 64
+MAX_LIVE_STREAMS = 4096
 # Connections. uvicorn times out only the idle time between requests (its
 # timeout_keep_alive); a client that sends its headers or body a byte at a time held a
 # connection, and a descriptor, for as long as it liked.

@@ -53,6 +53,7 @@ POLICY_VIOLATION = 1008  # close code: no key, a wrong key, or a client that doe
 INTERNAL_ERROR = 1011  # close code: a fault of this server's, logged with its traceback
 TRY_AGAIN_LATER = 1013  # close code: the model is still loading
 TAIL_EVENT = "tensorplan.transcription.tail"
+MAX_CLIENT_ID = 256  # characters of a client's event_id echoed in an error
 MIN_PROBABILITY = 1e-12  # a word's probability is floored here for its logprob (log 0)
 
 
@@ -68,6 +69,14 @@ def _unspaced(tokens: list[str], length: int) -> list[str]:
         if tokens[i]:
             break
     return tokens
+
+
+def _client_id(value: Any) -> str | None:
+    """A client's event_id as an error echoes it: a string, at most MAX_CLIENT_ID
+    characters (a 3 MB one came back whole in each error event)."""
+    if not isinstance(value, str):
+        return None
+    return value if len(value) <= MAX_CLIENT_ID else value[:MAX_CLIENT_ID - 3] + "..."
 
 
 def _event_id() -> str:
@@ -105,6 +114,13 @@ async def realtime(websocket: WebSocket) -> None:
         await _refuse(websocket, TRY_AGAIN_LATER, "not_ready",
                       "the model is still loading; connect again shortly"
                       if state.error is None else f"the model failed to load: {state.error}")
+        return
+    if state.live.streams >= config.max_live_streams:  # checked and opened on this loop
+        log.warning("realtime: %d live streams open, refusing one more",
+                    config.max_live_streams)
+        await _refuse(websocket, TRY_AGAIN_LATER, "too_many_connections",
+                      f"server busy: {config.max_live_streams} realtime connections are "
+                      "open (--max-live-streams); connect again later")
         return
     beta = BETA_PROTOCOL in offered or "realtime=v1" in websocket.headers.get("openai-beta", "")
     session = RealtimeSession(id="sess_" + secrets.token_hex(8),
@@ -301,7 +317,7 @@ class Connection:
             if not isinstance(event, dict) or not isinstance(event.get("type"), str):
                 raise EventError("an event must be a JSON object with a string 'type'",
                                  "invalid_event", "type")
-            client_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
+            client_id = _client_id(event.get("event_id"))
             await self._dispatch(event)
         except EventError as e:
             self.send(_error(str(e), code=e.code, param=e.param, event_id=client_id))
