@@ -31,3 +31,15 @@ def test_every_channel_count_mixes_to_the_channels_mean(channels: int) -> None:
     frames = (rng.standard_normal((16000, channels)) * 3000).astype("<i2")
     out = _converted(frames.tobytes(), 16000, 2, channels)
     np.testing.assert_allclose(out, frames.mean(axis=1), atol=1)
+
+
+def test_8_bit_audio_is_unsigned_and_mixes_around_128() -> None:
+    """8-bit PCM (WAV's) is unsigned, 128 the silence: a tone in one channel beside a
+    silent one mixes to half the tone, centred on zero."""
+    t = np.arange(16000) / 16000
+    tone = np.round(100 * np.sin(2 * np.pi * 440 * t)).astype(np.int16)
+    frames = np.stack([tone + 128, np.full_like(tone, 128)], axis=1).astype(np.uint8)
+    out = _converted(frames.tobytes(), 16000, 1, 2).astype(np.float64)
+    # 8 bits widened to 16: one 8-bit step is 256
+    np.testing.assert_allclose(out, tone / 2 * 256, atol=256)
+    assert abs(out.mean()) < 256  # no offset: it was +16,000 read as signed

@@ -12,8 +12,10 @@ RATE, WIDTH, CHANNELS = 16000, 2, 1  # what the model hears
 RATES = range(8000, 192001)  # sample rates accepted from a client
 WIDTHS = (1, 2, 4)  # bytes per sample audioop converts
 MAX_CHANNELS = 8
-# samples as audioop reads them (signed, little-endian), to mix channels before converting
-SAMPLE_TYPES: dict[int, np.dtype[Any]] = {1: np.dtype(np.int8), 2: np.dtype("<i2"),
+# samples as the converter reads them, to mix channels before converting: little-endian
+# and signed, except 8-bit, which is unsigned around 128 (WAV's; the converter subtracts
+# 128 first): read as signed, a tone beside a silent channel came out all positive
+SAMPLE_TYPES: dict[int, np.dtype[Any]] = {1: np.dtype(np.uint8), 2: np.dtype("<i2"),
                                        4: np.dtype("<i4")}
 
 
