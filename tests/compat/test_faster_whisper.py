@@ -467,6 +467,21 @@ def test_bad_values_name_faster_whispers_argument(tp, jfk) -> None:
         tp.transcribe(jfk, vad_filter=True, vad_parameters="x")  # was silently ignored
     with pytest.raises(ValueError, match="unknown language 'xx'"):
         tp.transcribe(jfk, language="xx")
+    # at the call, not while iterating the segments (a UserError came from the decoder)
+    with pytest.raises(ValueError, match="^suppress_tokens: token id 1000000000"):
+        tp.transcribe(jfk, suppress_tokens=[10**9])
+    with pytest.raises(ValueError, match="^temperature must be a number"):
+        tp.transcribe(jfk, temperature="0.0,0.5")
+    batched = compat.BatchedInferencePipeline(tp)
+    with pytest.raises(ValueError, match="^suppress_tokens"):
+        batched.transcribe(jfk, suppress_tokens=[10**9])
+    with pytest.raises(ValueError, match="^temperature"):
+        batched.transcribe(jfk, temperature=["hot"])
+
+
+def test_cpu_threads_past_the_limit_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="^cpu_threads must be 0 .all cores. to 1024"):
+        compat.WhisperModel("tiny.en", device="cpu", cpu_threads=10**6)
 
 
 def test_a_buffer_reused_after_transcribe_does_not_change_the_text(fw, tp, jfk) -> None:

@@ -125,8 +125,12 @@ def transcribe_options(args: Mapping[str, Any], *, clips: tuple[float, ...],
     """TranscribeOptions for faster-whisper's arguments `args` (already refused where
     unsupported; the language is set later)."""
     temperature = args["temperature"]
-    temperatures = tuple(float(t) for t in temperature) \
-        if isinstance(temperature, list | tuple) else (float(temperature),)
+    try:  # float("0.0,0.5") named no argument
+        temperatures = tuple(float(t) for t in temperature) \
+            if isinstance(temperature, list | tuple) else (float(temperature),)
+    except (TypeError, ValueError):
+        raise ValueError("temperature must be a number or a list of numbers, got "
+                         f"{repr(temperature)[:40]}") from None
     beam_size = args["beam_size"]
     greedy = beam_size == 1  # CTranslate2's beam_size=1 is greedy search
     suppress = args["suppress_tokens"]

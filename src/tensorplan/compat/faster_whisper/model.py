@@ -36,7 +36,7 @@ from tensorplan.whisper.audio.mel import MelFrames
 from tensorplan.whisper.audio.vad import SpeechOnly, VadOptions
 from tensorplan.whisper.decoding.window import detect_language
 from tensorplan.whisper.options import max_batch
-from tensorplan.whisper.planned.load_options import ComputeType, Device
+from tensorplan.whisper.planned.load_options import MAX_THREADS, ComputeType, Device
 from tensorplan.whisper.result import Segment as TpSegment
 from tensorplan.whisper.tokenizer import LANGUAGES
 
@@ -69,8 +69,9 @@ class WhisperModel:
                               "apply to tensorplan")
         if not isinstance(num_workers, int) or num_workers < 1:
             raise ValueError(f"num_workers must be a positive integer, got {num_workers!r}")
-        if not isinstance(cpu_threads, int) or cpu_threads < 0:
-            raise ValueError(f"cpu_threads must be 0 (all cores) or more, got {cpu_threads!r}")
+        if not isinstance(cpu_threads, int) or not 0 <= cpu_threads <= MAX_THREADS:
+            raise ValueError(f"cpu_threads must be 0 (all cores) to {MAX_THREADS}, got "
+                             f"{cpu_threads!r}")
         device = _device(device)
         # local_files_only: always so (nothing is downloaded); num_workers: each call runs
         # in a session of its own, so concurrent calls from threads run in parallel anyway
@@ -85,6 +86,11 @@ class WhisperModel:
         faster-whisper takes any beam_size or best_of per call, where a tensorplan model
         plans its cache once (5 sequences by default). A call that needs more loads the
         model again with a cache that size, which serves every later call."""
+        n_vocab = self.whisper.dims.n_vocab  # a bad id failed while iterating, not a ValueError
+        bad = [t for t in options.suppress_tokens or () if not -1 <= t < n_vocab]
+        if bad:
+            raise ValueError(f"suppress_tokens: token id {bad[0]} is outside the vocabulary "
+                             f"(0 to {n_vocab - 1}, or -1 for the default set)")
         need = max_batch(options)
         with self._grow:
             if need > self.whisper.model.max_batch:
@@ -309,9 +315,10 @@ _BATCHED_DEFAULTS = {name: p.default for name, p in
                      inspect.signature(BatchedInferencePipeline.transcribe).parameters.items()}
 
 
-def _first(temperature: float | list[float] | tuple[float, ...]) -> float:
+def _first(temperature: float | list[float] | tuple[float, ...]) -> Any:
     """The batched pipeline decodes at the first temperature (faster-whisper's rule)."""
-    return float(temperature[0]) if isinstance(temperature, list | tuple) else temperature
+    return temperature[0] if isinstance(temperature, list | tuple) and temperature \
+        else temperature  # checked as a number by transcribe_options
 
 
 def _arguments(local_vars: dict[str, Any]) -> dict[str, Any]:
