@@ -199,3 +199,20 @@ def test_a_multilingual_session_checks_its_language(language: str, code: str | N
         assert len(str(bad.value)) < 200
     else:
         assert start.updated(update, ("base",), multilingual=True).language == code
+
+
+@pytest.mark.parametrize(("field", "value", "said"), [
+    ("prefix_padding_ms", 300.0, "a whole number of milliseconds, got 300.0"),
+    ("silence_duration_ms", "500", "a whole number of milliseconds, got '500'"),
+    ("threshold", "high", "a number, got 'high'"),
+])
+def test_a_turn_detection_field_of_the_wrong_type_says_what_it_needs(
+        field: str, value: Any, said: str) -> None:
+    from tensorplan.serve.realtime_session import SessionError
+
+    start = RealtimeSession(id="sess_x", shape="current", model="tiny.en")
+    update = {"type": "session.update", "session": {"audio": {"input": {
+        "turn_detection": {"type": "server_vad", field: value}}}}}
+    with pytest.raises(SessionError, match=said) as bad:
+        start.updated(update, ("tiny.en",), multilingual=False)
+    assert bad.value.param == f"session.audio.input.turn_detection.{field}"

@@ -244,7 +244,9 @@ def _turn_detection(td: Any, param: str) -> TurnDetection | None:
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, kind_):
-            raise SessionError(f"{param}.{name} must be a number", f"{param}.{name}")
+            what = "a number" if name == "threshold" else "a whole number of milliseconds"
+            raise SessionError(f"{param}.{name} must be {what}, got {_shown(value)}",
+                               f"{param}.{name}")
         values[name] = value
     try:
         return TurnDetection(**values)
