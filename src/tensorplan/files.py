@@ -15,7 +15,7 @@ import os
 import secrets
 import stat
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, NoReturn
 
@@ -174,11 +174,13 @@ def check_writable_dir(directory: str | os.PathLike[str]) -> None:
     be read again (a live stream), where a permission problem found then loses them."""
     probe = Path(directory) / f".tensorplan-probe.{secrets.token_hex(6)}.tmp"
     try:
-        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-        probe.unlink()
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except OSError as e:
         raise UserError(f"cannot write to output directory {quote(directory)}: "
                         f"{reason(e)}") from None
+    os.close(fd)
+    with suppress(OSError):  # created is what was asked; a stray probe is harmless
+        probe.unlink()
 
 
 def _open_temp(path: str | os.PathLike[str], what: str, parents: bool) -> tuple[Path, Path, int]:

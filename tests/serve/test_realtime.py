@@ -338,6 +338,35 @@ def test_bad_events_get_error_events_and_the_connection_stays_usable(
         assert ok["type"] == "session.updated"
 
 
+def test_an_error_echoes_a_long_event_id_cut_short(server: ServerProcess) -> None:
+    from tensorplan.serve.realtime import MAX_CLIENT_ID
+
+    long_id = "e" * 10_000
+    with connect(server) as ws:
+        assert json.loads(ws.recv(timeout=30))["type"] == "session.created"
+        reply = _exchange(ws, json.dumps({"type": "no.such.event", "event_id": long_id}))
+        echoed = reply["error"]["event_id"]
+        assert len(echoed) == MAX_CLIENT_ID and echoed.endswith("...")
+        assert long_id.startswith(echoed[:-3])
+        short = _exchange(ws, json.dumps({"type": "no.such.event", "event_id": "c7"}))
+        assert short["error"]["event_id"] == "c7"
+
+
+@pytest.mark.parametrize(("words", "text", "tokens"), [
+    ([" And", " so"], "And so", ["And", " so"]),  # a turn's first delta
+    ([" ask", " not"], " ask not", [" ask", " not"]),  # a later one
+    ([" ", " Hello"], "Hello", ["", "Hello"]),  # a first word of spaces only
+    (["", " Hi"], "Hi", ["", "Hi"]),
+    ([" ", " "], "", ["", ""]),
+])
+def test_logprob_tokens_join_to_the_text(words: list[str], text: str,
+                                         tokens: list[str]) -> None:
+    from tensorplan.serve.realtime import _unspaced
+
+    assert _unspaced(list(words), len(text)) == tokens
+    assert "".join(tokens) == text
+
+
 def test_an_append_over_the_limit_is_refused(server: ServerProcess) -> None:
     from tensorplan.serve.realtime import MAX_APPEND_BYTES
 

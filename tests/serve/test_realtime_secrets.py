@@ -202,8 +202,9 @@ def test_a_multilingual_session_checks_its_language(language: str, code: str | N
 
 
 @pytest.mark.parametrize(("field", "value", "said"), [
-    ("prefix_padding_ms", 300.0, "a whole number of milliseconds, got 300.0"),
-    ("silence_duration_ms", "500", "a whole number of milliseconds, got '500'"),
+    ("prefix_padding_ms", 300.0, r"an integer number of milliseconds \(no decimal point\), "
+     "got 300.0"),
+    ("silence_duration_ms", "500", "an integer number of milliseconds .*, got '500'"),
     ("threshold", "high", "a number, got 'high'"),
 ])
 def test_a_turn_detection_field_of_the_wrong_type_says_what_it_needs(

@@ -43,3 +43,9 @@ def test_8_bit_audio_is_unsigned_and_mixes_around_128() -> None:
     # 8 bits widened to 16: one 8-bit step is 256
     np.testing.assert_allclose(out, tone / 2 * 256, atol=256)
     assert abs(out.mean()) < 256  # no offset: it was +16,000 read as signed
+
+
+def test_8_bit_mono_is_widened_around_128() -> None:
+    pcm = np.array([128, 255, 0, 129], np.uint8)
+    out = _converted(pcm.tobytes(), 16000, 1, 1)
+    np.testing.assert_array_equal(out, [0, 127 << 8, -128 << 8, 1 << 8])

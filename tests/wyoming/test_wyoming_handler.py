@@ -71,3 +71,30 @@ def test_a_failed_decode_for_a_client_already_gone_is_a_quiet_disconnect() -> No
 
     asyncio.run(main())
     assert unretrieved == []
+
+
+def test_a_cancelled_decode_stays_cancelled_when_the_client_has_left() -> None:
+    """The server shutting down cancels a connection mid-decode: that must not turn into
+    an ordinary disconnect because the client's writes had failed too."""
+
+    class _SlowWhisper(_FailingWhisper):
+        def transcribe(self, samples: Any, options: Any, on_segment: Any = None) -> Any:
+            assert self.writer.failed.wait(10)
+            threading.Event().wait(0.5)  # still decoding when the cancel comes
+            raise RuntimeError("not reached by the caller")
+
+    async def main() -> None:
+        writer = _GoneWriter()
+        handler = _handler(writer)
+        handler.shared.whisper = _SlowWhisper(writer)  # type: ignore[assignment]
+        utterance = Utterance(max_seconds=60)
+        utterance.add(AudioChunk(rate=16000, width=2, channels=1, audio=bytes(3200)))
+        task = asyncio.ensure_future(handler.transcribe(utterance))
+        while not writer.failed.is_set():
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())

@@ -244,7 +244,8 @@ def _turn_detection(td: Any, param: str) -> TurnDetection | None:
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, kind_):
-            what = "a number" if name == "threshold" else "a whole number of milliseconds"
+            what = "a number" if name == "threshold" else \
+                "an integer number of milliseconds (no decimal point)"
             raise SessionError(f"{param}.{name} must be {what}, got {_shown(value)}",
                                f"{param}.{name}")
         values[name] = value

@@ -12,11 +12,9 @@ RATE, WIDTH, CHANNELS = 16000, 2, 1  # what the model hears
 RATES = range(8000, 192001)  # sample rates accepted from a client
 WIDTHS = (1, 2, 4)  # bytes per sample audioop converts
 MAX_CHANNELS = 8
-# samples as the converter reads them, to mix channels before converting: little-endian
-# and signed, except 8-bit, which is unsigned around 128 (WAV's; the converter subtracts
-# 128 first): read as signed, a tone beside a silent channel came out all positive
-SAMPLE_TYPES: dict[int, np.dtype[Any]] = {1: np.dtype(np.uint8), 2: np.dtype("<i2"),
-                                       4: np.dtype("<i4")}
+# samples as the converter reads them, to mix channels before converting: signed,
+# little-endian (8-bit audio is widened to 16 bits first: _widened)
+SAMPLE_TYPES: dict[int, np.dtype[Any]] = {2: np.dtype("<i2"), 4: np.dtype("<i4")}
 
 
 class BadAudio(ValueError):
@@ -52,6 +50,8 @@ class Utterance:
         if len(chunk.audio) % frame:
             raise BadAudio(f"audio-chunk holds {len(chunk.audio)} bytes, not whole "
                            f"{chunk.width}-byte samples of {chunk.channels} channels")
+        if chunk.width == 1:
+            chunk = _widened(chunk)
         if chunk.channels > 1:
             chunk = _mono(chunk)
         self.pcm += self.converter.convert(chunk).audio
@@ -60,6 +60,15 @@ class Utterance:
 
     def samples(self) -> np.ndarray:
         return np.frombuffer(bytes(self.pcm), np.int16)  # int16 PCM: the API scales it
+
+
+def _widened(chunk: AudioChunk) -> AudioChunk:
+    """8-bit PCM (WAV's: unsigned, silence at 128) as 16-bit signed. The package's
+    converter reads 8-bit as unsigned only from some version on (1.5 read it as signed),
+    and mixing it as signed made a tone beside a silent channel all positive."""
+    samples = (np.frombuffer(chunk.audio, np.uint8).astype(np.int16) - 128) << 8
+    return AudioChunk(rate=chunk.rate, width=2, channels=chunk.channels,
+                      audio=samples.astype("<i2").tobytes(), timestamp=chunk.timestamp)
 
 
 def _mono(chunk: AudioChunk) -> AudioChunk:

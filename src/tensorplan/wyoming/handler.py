@@ -194,12 +194,13 @@ class Handler(AsyncEventHandler):
             decoding = loop.run_in_executor(None, run)
             try:
                 result = await decoding
-            except BaseException:
+            except BaseException as failure:
                 writing.cancel()
                 # its outcome is taken (asyncio would log an unread one as "never
-                # retrieved"); a client already gone makes this a quiet disconnect
+                # retrieved"); a client already gone makes a failed decode a quiet
+                # disconnect, but never hides a cancellation (a server shutting down)
                 gone = (await asyncio.gather(writing, return_exceptions=True))[0]
-                if isinstance(gone, ConnectionError):
+                if isinstance(gone, ConnectionError) and isinstance(failure, Exception):
                     raise gone from None
                 raise
         await writing  # each write bounded by WRITE_TIMEOUT_S (ConnectionError: gone)
