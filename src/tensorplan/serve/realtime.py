@@ -42,6 +42,9 @@ from tensorplan.serve.realtime_session import RealtimeSession, SessionError
 log = logging.getLogger("tensorplan.serve")
 
 MAX_FRAME_BYTES = 4 << 20  # a bigger frame closes the connection (1009): uvicorn's ws_max_size
+# frames read ahead of the handler per connection (uvicorn's ws_max_queue; its default 32
+# let a flooding client park 32 x 4 MiB, all decoded after it had gone)
+MAX_QUEUED_FRAMES = 4
 MAX_APPEND_BYTES = 2 << 20  # of base64 in one append (≈ 32 s of 24 kHz PCM16); more: an error
 MAX_SEND_QUEUE = 1024  # events waiting for a client that does not read; more: dropped
 # and their bytes: 1,024 session.updated events echoing a 3.9 MB prompt each held 3.6 GB

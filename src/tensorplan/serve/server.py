@@ -16,7 +16,7 @@ import uvicorn
 from tensorplan.serve.app import create_app
 from tensorplan.serve.config import ServeConfig
 from tensorplan.serve.connections import header_deadline_protocol
-from tensorplan.serve.realtime import MAX_FRAME_BYTES
+from tensorplan.serve.realtime import MAX_FRAME_BYTES, MAX_QUEUED_FRAMES
 
 log = logging.getLogger("tensorplan.serve")
 
@@ -50,7 +50,8 @@ def serve(config: ServeConfig, load: Callable[[], Any], *, host: str, port: int,
                                     timeout_graceful_shutdown=graceful_s,
                                     timeout_keep_alive=config.keep_alive_s,  # type: ignore
                                     http=header_deadline_protocol(config.header_timeout_s),
-                                    lifespan="on", ws_max_size=MAX_FRAME_BYTES))
+                                    lifespan="on", ws_max_size=MAX_FRAME_BYTES,
+                                    ws_max_queue=MAX_QUEUED_FRAMES))
     # after uvicorn's Config, which sets up its loggers
     logging.getLogger("uvicorn.error").addFilter(_OneLineForClientFaults())
     failed: list[str] = []
