@@ -29,12 +29,14 @@ from tensorplan.compat.faster_whisper.types import (
     TranscriptionOptions,
     Word,
 )
+from tensorplan.errors import UserError
 from tensorplan.whisper.api import Whisper, load_model
 from tensorplan.whisper.audio.chunks import MAX_CHUNK_SECONDS, cut
 from tensorplan.whisper.audio.constants import N_FRAMES
 from tensorplan.whisper.audio.mel import MelFrames
 from tensorplan.whisper.audio.vad import SpeechOnly, VadOptions
 from tensorplan.whisper.decoding.window import detect_language
+from tensorplan.whisper.limits import check_token_ids
 from tensorplan.whisper.options import max_batch
 from tensorplan.whisper.planned.load_options import MAX_THREADS, ComputeType, Device
 from tensorplan.whisper.result import Segment as TpSegment
@@ -86,11 +88,11 @@ class WhisperModel:
         faster-whisper takes any beam_size or best_of per call, where a tensorplan model
         plans its cache once (5 sequences by default). A call that needs more loads the
         model again with a cache that size, which serves every later call."""
-        n_vocab = self.whisper.dims.n_vocab  # a bad id failed while iterating, not a ValueError
-        bad = [t for t in options.suppress_tokens or () if not -1 <= t < n_vocab]
-        if bad:
-            raise ValueError(f"suppress_tokens: token id {bad[0]} is outside the vocabulary "
-                             f"(0 to {n_vocab - 1}, or -1 for the default set)")
+        try:  # now, as a ValueError: it failed while the segments were iterated
+            check_token_ids([t for t in options.suppress_tokens or () if t >= 0],
+                            self.whisper.dims.n_vocab, "suppress_tokens")
+        except UserError as e:
+            raise ValueError(str(e)) from None
         need = max_batch(options)
         with self._grow:
             if need > self.whisper.model.max_batch:
