@@ -140,3 +140,44 @@ def test_past_max_live_streams_a_connection_is_refused_and_the_others_carry_on()
         assert server.health()["status"] == "ok"
     finally:
         assert server.stop() == 0
+
+
+@pytest.mark.slow
+def test_a_client_that_vanishes_with_a_backlog_is_not_decoded_further() -> None:
+    """A client that sends minutes of audio at once and then vanishes (its TCP connection
+    reset) leaves frames queued ahead of its disconnect while the server is behind; the
+    first failed send closes its stream, so the backlog is not decoded for nobody (20 such
+    clients were decoded for 57 s after they left)."""
+    import asyncio
+    import base64
+
+    from websockets.asyncio.client import connect as ws_connect
+
+    server = ServerProcess("--beam-size", "none", "--sessions", "1")
+    url = server.url.replace("http://", "ws://") + "/v1/realtime?intent=transcription"
+    speech = pcm24(np.concatenate([espeak(" ".join(CLIPS[:8])), np.zeros(8000, np.float32)]))
+    piece = json.dumps({"type": "input_audio_buffer.append",
+                        "audio": base64.b64encode(speech).decode()})  # ~25 s, 1.6 MB
+
+    async def flood_and_vanish() -> None:
+        ws = await ws_connect(url, max_size=None)
+        for _ in range(10):  # well past the 60 s the server decodes behind before it waits
+            await asyncio.wait_for(ws.send(piece), 30)
+        deadline = time.monotonic() + 60
+        while server.health()["live_decodes"] == 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        ws.transport.abort()  # a reset, no close frame: the client is simply gone
+
+    try:
+        asyncio.run(flood_and_vanish())
+        left_at = server.health()["live_decodes"]
+        h = wait_streams_closed(server, timeout=120)
+        assert h["live_streams"] == 0
+        time.sleep(1)  # a decode that was running when the stream closed ends
+        after = server.health()["live_decodes"] - left_at
+        # the decode running when it left, and the one whose events found it gone; its
+        # backlog (minutes of audio, 24 s a decode) would be many more
+        assert after <= 3, f"{after} decodes after the client left"
+        assert server.health()["status"] == "ok"
+    finally:
+        assert server.stop() == 0

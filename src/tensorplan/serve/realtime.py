@@ -170,6 +170,9 @@ class Connection:
         self.loop = asyncio.get_running_loop()
         self.outbox: asyncio.Queue[str | None] = asyncio.Queue(MAX_SEND_QUEUE)
         self.dropped = False
+        # a send failed: the client left. Frames it sent before leaving may still wait in
+        # the transport's queue, ahead of the disconnect: they are not decoded
+        self.gone = False
         self.queued_bytes = 0  # of the texts in outbox
         self.token = secrets.token_hex(5)
         self.last_item: str | None = None
@@ -187,9 +190,9 @@ class Connection:
         try:
             self.send({"type": self.session.created_event(), "event_id": _event_id(),
                        "session": self.session.render()})
-            while not self.dropped:
+            while not (self.dropped or self.gone):
                 message = await self.websocket.receive()
-                if message["type"] == "websocket.disconnect":
+                if message["type"] == "websocket.disconnect" or self.gone:
                     break
                 await self._handle(dict(message))
         except WebSocketDisconnect:
@@ -242,8 +245,20 @@ class Connection:
             self.queued_bytes -= len(text)
             try:
                 await self.websocket.send_text(text)
-            except Exception:  # noqa: BLE001 - the client is gone: the receiver sees it
+            except Exception:  # noqa: BLE001 - the client is gone
+                self._left()
                 return
+            # let the transport report a failed write before the next: a send does not
+            # yield while the socket takes the bytes, so a backlog of events went on into
+            # a lost transport (asyncio's "socket.send() raised exception." warnings)
+            await asyncio.sleep(0)
+
+    def _left(self) -> None:
+        """The client is gone (a send failed): its stream is closed now, with the audio
+        it had sent and not yet been decoded, instead of after the frames still queued
+        before its disconnect (20 flooding clients that vanished were decoded for 57 s)."""
+        self.gone = True
+        self.state.live.close(self.stream)
 
     async def _close(self, code: int, reason: str) -> None:
         try:
@@ -387,6 +402,7 @@ class Connection:
                              "audio_too_large", "audio")
         # off the event loop: 2 MiB appends on 8 connections held /health for up to 1.3 s
         samples = await asyncio.to_thread(self._decoded, audio)
-        while self.stream.backlog_s() > MAX_BACKLOG_S and not self.dropped:
+        while self.stream.backlog_s() > MAX_BACKLOG_S and not (self.dropped or self.gone):
             await asyncio.sleep(0.05)  # the engine is behind: stop reading for a while
-        await asyncio.to_thread(self.stream.append, samples)
+        if not self.gone:
+            await asyncio.to_thread(self.stream.append, samples)
