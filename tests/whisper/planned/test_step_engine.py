@@ -132,17 +132,33 @@ def test_windows_encoded_beside_the_steps_give_what_each_gives_alone(tiny, jfk_a
     assert 1 <= stats["engine_encoded_aside"] <= len(jobs)
 
 
-def test_a_stream_s_next_window_encoded_aside_is_the_one_it_decodes(tiny, jfk_audio,
-                                                                   aside) -> None:
-    """A lone request of several windows: the encoder's thread is idle whenever the stream
-    asks, so it encodes every window, while the engine's own graphs (prompts, alignment)
-    still hold the stream's last one: they must take the new one."""
+def test_a_stream_s_next_window_encoded_aside_is_the_one_it_decodes(
+        tiny, jfk_audio, aside, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request of several windows whose windows go to the encoder's thread (as they do
+    while other work is active: the engine is made to look busy), while the engine's own
+    graphs (prompts, alignment) still hold the stream's last one: they must take the new
+    one."""
+    from tensorplan.whisper.planned.step_engine import StepEngine
+
+    monkeypatch.setattr(StepEngine, "_idle", lambda self: False)
     audio = np.concatenate([jfk_audio] * 3)
     want = tiny.transcribe(audio, word_timestamps=True)
     with tiny.engine(windows=2) as engine:
         got = engine.transcribe(audio, word_timestamps=True)
         stats = engine.stats()
     assert stats["engine_encoded_aside"] >= 2
+    assert shape(got) == shape(want)
+
+
+def test_a_lone_request_encodes_on_the_engine_s_thread(tiny, jfk_audio, aside) -> None:
+    """Nothing else decoding: each window is encoded where it is decoded (no copy into the
+    engine's graphs, no second thread), and the text is a lone session's."""
+    audio = np.concatenate([jfk_audio] * 3)
+    want = tiny.transcribe(audio, word_timestamps=True)
+    with tiny.engine(windows=2) as engine:
+        got = engine.transcribe(audio, word_timestamps=True)
+        stats = engine.stats()
+    assert stats["engine_encoded_aside"] == 0
     assert shape(got) == shape(want)
 
 
