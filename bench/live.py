@@ -13,8 +13,11 @@ the normalised word sequences. Per stream also: the delay from each `speech_star
 turn's first `.delta`, and the WER of the joined `.completed` transcripts against the
 reference text and against the offline text. For each compute type, one server; for each
 level of concurrency N, N streams of the espeak clip at once (start staggered by 0.25 s),
-with the server's peak RSS (from /health); then jfk alone. The p95 over the first and the
-last third of the clip shows whether latency stays flat.
+with the server's peak RSS (from /health); then jfk alone. The same clip in lockstep is
+the worst case: every stream's turns end within 2 s of each other, so their last decodes
+queue together. `--clips distinct` gives each stream its own espeak clip instead (other
+sentences, voices and pauses: seed 26 + i), as independent speakers would. The p95 over
+the first and the last third of the clip shows whether latency stays flat.
 
 The anchor, in the same run: LocalAgreement-2 on faster-whisper over the same clips, as
 whisper_streaming does it (every second re-transcribe the uncommitted buffer with the
@@ -22,7 +25,7 @@ committed text as prompt, commit the prefix two hypotheses agree on, trim the bu
 finished segment past 15 s), simulated at real-time pace in a child process per level
 (N threads, one model with N workers), measured the same way; RSS is the child's peak.
 
-    python bench/live.py [--seconds 180] [--streams 1,2,4,8,16]
+    python bench/live.py [--seconds 180] [--streams 1,2,4,8,16] [--clips same|distinct]
                          [--compute-types int8,float32] [--engines tensorplan,anchor]
                          [--anchor-beam 5]
                          [--server-args "..."] [--json FILE]
@@ -67,6 +70,7 @@ WIRE_RATE = 24000  # OpenAI's PCM16 rate on the wire
 PIECE_S = 0.1  # one append
 TAIL_SILENCE_S = 2.0  # after each clip: the server VAD's silence ends the last turn
 STAGGER_S = 0.25  # stream i starts i * this later
+SEED = 26  # the espeak clip's (distinct clips: SEED + i for stream i)
 DRAIN_S = 60.0  # after the last append, how long a stream waits for its last .completed
 LA_STEP_S = 1.0  # the anchor's min-chunk-size (whisper_streaming's default)
 LA_TRIM_S = 15.0  # and its buffer-trimming length
@@ -90,13 +94,19 @@ def words_of(text: str) -> list[str]:
     return re.sub(r"[^a-z0-9' ]+", " ", text.lower().replace("-", " ")).split()
 
 
-def make_clips(seconds: float, work: Path) -> list[Clip]:
+def make_clips(seconds: float, work: Path, distinct: int = 0) -> list[Clip]:
+    """The espeak clip, jfk, then `distinct` - 1 more espeak clips of other seeds."""
     from tensorplan.whisper.audio.decode import load_audio
 
-    speech, reference = synthesize(seconds, seed=26, work=work)
     silence = np.zeros(int(TAIL_SILENCE_S * RATE), np.float32)
-    clips = [Clip(f"espeak {seconds:g} s", np.concatenate([speech, silence]), reference),
-             Clip("jfk", np.concatenate([load_audio(str(JFK)), silence]), JFK_TEXT)]
+
+    def espeak(seed: int) -> Clip:
+        speech, reference = synthesize(seconds, seed=seed, work=work)
+        return Clip(f"espeak {seconds:g} s", np.concatenate([speech, silence]), reference)
+
+    clips = [espeak(SEED), Clip("jfk", np.concatenate([load_audio(str(JFK)), silence]),
+                                JFK_TEXT)]
+    clips += [espeak(SEED + i) for i in range(1, distinct)]
     from tensorplan.whisper import load_model
 
     model = load_model("tiny.en", compute_type="float32")
@@ -237,7 +247,8 @@ class Server:
         self.proc.wait(60)
 
 
-def server_level(server: Server, clip: Clip, n: int) -> tuple[list[StreamResult], int]:
+def server_level(server: Server, clips: list[Clip]) -> tuple[list[StreamResult], int]:
+    """A stream per clip, at once (staggered)."""
     peak = [server.rss()]
     stop = threading.Event()
 
@@ -247,11 +258,12 @@ def server_level(server: Server, clip: Clip, n: int) -> tuple[list[StreamResult]
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    pieces = wire_pieces(clip.audio)
+    pieces = [wire_pieces(clip.audio) for clip in clips]
 
     async def run() -> list[StreamResult]:
-        return list(await asyncio.gather(*(stream(server.url, clip, pieces, i * STAGGER_S)
-                                           for i in range(n))))
+        return list(await asyncio.gather(*(
+            stream(server.url, clip, p, i * STAGGER_S)
+            for i, (clip, p) in enumerate(zip(clips, pieces, strict=True)))))
 
     try:
         return asyncio.run(run()), peak[0]
@@ -344,19 +356,20 @@ def anchor_stream(model: Any, beam: int, audio: np.ndarray,
     return arrivals, "".join(w[2] for w in la.committed)
 
 
-def anchor_level(model_dir: str, compute_type: str, beam: int, audio: np.ndarray,
-                 n: int) -> tuple[list[tuple[list[tuple[str, float]], str]], int]:
-    """In a child process: n threads streaming the audio; their results and the peak RSS."""
+def anchor_level(model_dir: str, compute_type: str, beam: int, audios: list[np.ndarray]
+                 ) -> tuple[list[tuple[list[tuple[str, float]], str]], int]:
+    """In a child process: a thread streaming each audio; their results and the peak RSS."""
     from concurrent.futures import ThreadPoolExecutor
 
     from faster_whisper import WhisperModel
 
+    n = len(audios)
     threads = max(1, (os.cpu_count() or 2) // n)
     model = WhisperModel(model_dir, device="cpu", compute_type=compute_type,
                          cpu_threads=threads, num_workers=n)
     with ThreadPoolExecutor(n) as pool:
-        results = list(pool.map(lambda i: anchor_stream(model, beam, audio, i * STAGGER_S),
-                                range(n)))
+        results = list(pool.map(lambda i: anchor_stream(model, beam, audios[i],
+                                                        i * STAGGER_S), range(n)))
     hwm = next(int(line.split()[1]) * 1024 for line in Path("/proc/self/status").read_text()
                .splitlines() if line.startswith("VmHWM"))
     return results, hwm
@@ -368,20 +381,20 @@ def summarize(engine: str, compute_type: str, results: list[StreamResult],
     main = results
     lat = [x for r in main for _, x in r.latencies]
     clip = main[0].clip
-    third = clip.seconds / 3
-    early = [x for r in main for e, x in r.latencies if e < third]
-    late = [x for r in main for e, x in r.latencies if e >= 2 * third]
+    distinct = len({id(r.clip) for r in main}) > 1
+    early = [x for r in main for e, x in r.latencies if e < r.clip.seconds / 3]
+    late = [x for r in main for e, x in r.latencies if e >= 2 * r.clip.seconds / 3]
     firsts = [d for r in main for d in r.first_delta]
     row: dict[str, Any] = {
         "engine": engine, "compute_type": compute_type, "streams": len(main),
-        "clip": clip.name,
+        "clip": clip.name + (" (distinct)" if distinct else ""),
         "words": len(lat), "median_s": statistics.median(lat) if lat else float("nan"),
         "p95_s": pct(lat, 0.95), "p95_first_third_s": pct(early, 0.95),
         "p95_last_third_s": pct(late, 0.95),
         "first_delta_median_s": statistics.median(firsts) if firsts else float("nan"),
         "first_delta_p95_s": pct(firsts, 0.95),
-        "wer_ref": statistics.mean(wer(clip.reference, r.text) for r in main),
-        "wer_offline": statistics.mean(wer(clip.offline, r.text) for r in main),
+        "wer_ref": statistics.mean(wer(r.clip.reference, r.text) for r in main),
+        "wer_offline": statistics.mean(wer(r.clip.offline, r.text) for r in main),
         "rss_mib": rss / 2**20, "errors": [e for r in results for e in r.errors][:5],
         "text": main[0].text}
     return row
@@ -392,7 +405,7 @@ def fmt(x: float) -> str:
 
 
 def print_table(rows: list[dict[str, Any]], clips: list[Clip]) -> None:
-    for clip in clips:
+    for clip in clips[:2]:
         print(f"offline ({clip.name}): WER vs reference {wer(clip.reference, clip.offline):.3f}")
     print("\n| engine | compute | clip | streams | words | median s | p95 s "
           "| p95 first/last third s | first .delta median/p95 s | WER ref | WER vs offline "
@@ -423,12 +436,21 @@ def main() -> None:
     ap.add_argument("--anchor-beam", type=int, default=5,
                     help="the anchor's beam (whisper_streaming's default: 5)")
     ap.add_argument("--server-args", default="", help="more `tensorplan serve` flags")
+    ap.add_argument("--clips", choices=("same", "distinct"), default="same",
+                    help="the N streams of a level: one espeak clip in lockstep (the worst "
+                         "case), or a clip each")
     ap.add_argument("--json", type=Path, help="write the rows here too")
     args = ap.parse_args()
     levels = [int(x) for x in args.streams.split(",")]
+    distinct = max(levels) if args.clips == "distinct" else 0
     with tempfile.TemporaryDirectory(prefix="tensorplan-live-bench-") as work:
-        clips = make_clips(args.seconds, Path(work))
-    runs = [(clips[0], n) for n in levels] + [(clips[1], 1)]  # jfk alone, last
+        clips = make_clips(args.seconds, Path(work), distinct)
+    espeak = [clips[0], *clips[2:]]
+
+    def level(n: int) -> list[Clip]:
+        return espeak[:n] if distinct else [clips[0]] * n
+
+    runs = [level(n) for n in levels] + [[clips[1]]]  # jfk alone, last
     rows: list[dict[str, Any]] = []
 
     def done(row: dict[str, Any]) -> None:
@@ -448,29 +470,29 @@ def main() -> None:
         args.json.write_text(json.dumps(rows, indent=1))
 
 
-def server_runs(compute_type: str, runs: list[tuple[Clip, int]], server_args: list[str],
+def server_runs(compute_type: str, runs: list[list[Clip]], server_args: list[str],
                 done: Any) -> None:
     server = Server(["--compute-type", compute_type, *server_args])
     try:
-        for clip, n in runs:
-            results, rss = server_level(server, clip, n)
+        for clips in runs:
+            results, rss = server_level(server, clips)
             done(summarize("tensorplan", compute_type, results, rss))
     finally:
         server.stop()
 
 
-def anchor_runs(compute_type: str, runs: list[tuple[Clip, int]], beam: int, done: Any) -> None:
+def anchor_runs(compute_type: str, runs: list[list[Clip]], beam: int, done: Any) -> None:
     from tensorplan.whisper.model_files.find import resolve_model
 
     model_dir = str(resolve_model("tiny.en"))
     spawn = multiprocessing.get_context("spawn")  # a fresh process: its own peak RSS
-    for clip, n in runs:
+    for clips in runs:
         with ProcessPoolExecutor(1, mp_context=spawn) as child:
-            outs, rss = child.submit(anchor_level, model_dir, compute_type, beam, clip.audio,
-                                     n).result()
+            outs, rss = child.submit(anchor_level, model_dir, compute_type, beam,
+                                     [c.audio for c in clips]).result()
         done(summarize("LocalAgreement-2 (faster-whisper)", compute_type,
                        [StreamResult(clip, latencies(clip, arrivals), [], text, [])
-                        for arrivals, text in outs], rss))
+                        for clip, (arrivals, text) in zip(clips, outs, strict=True)], rss))
 
 
 if __name__ == "__main__":

@@ -38,3 +38,19 @@ def test_smoke_run_measures_each_engine() -> None:
             assert wer_offline < 0.35 and wer_ref < 0.65, rows[0]
             assert rss > 50, rows[0]
     assert "error (" not in stdout, stdout
+
+
+@pytest.mark.slow  # 10 s of speech at real-time pace, two streams
+@pytest.mark.skipif(bool(MISSING), reason=f"not installed: {MISSING}")
+def test_distinct_clips_pair_each_stream_with_its_own_clip() -> None:
+    stdout = run_bench("live.py", "--streams", "2", "--seconds", "10", "--compute-types",
+                       "int8", "--engines", "tensorplan", "--clips", "distinct")
+    rows = [line for line in stdout.splitlines() if "| espeak 10 s (distinct) |" in line]
+    assert len(rows) == 1, stdout
+    cells = [c.strip() for c in rows[0].strip("|").split("|")]
+    streams, words, wer_offline = int(cells[3]), int(cells[4]), float(cells[10])
+    assert streams == 2, rows[0]
+    # each stream's words paired with its own clip's offline words: a stream scored
+    # against the other's clip would pair few words and miss most of its text
+    assert words >= 24 and wer_offline < 0.35, rows[0]
+    assert "error (" not in stdout, stdout
