@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +161,33 @@ def test_a_lone_request_encodes_on_the_engine_s_thread(tiny, jfk_audio, aside) -
         stats = engine.stats()
     assert stats["engine_encoded_aside"] == 0
     assert shape(got) == shape(want)
+
+
+def test_two_windows_asked_for_together_encode_one_on_each_thread(tiny, jfk_audio,
+                                                                  aside) -> None:
+    """The first window of an idle engine is encoded on its own thread; one asked for
+    while that runs goes to the encoder's thread, not into the queue behind it (the
+    engine looked idle while it encoded: its thread had taken the job off the queue)."""
+    from tensorplan.whisper.planned.step_engine import StepEngine
+
+    with tiny.engine(windows=2) as engine:
+        core, encode = engine.core, StepEngine.encode
+        started = threading.Event()
+
+        def slow_encode(self, stream, mel) -> None:  # the second asks while this runs
+            started.set()
+            time.sleep(0.5)
+            encode(self, stream, mel)
+
+        core.encode = slow_encode.__get__(core)
+        first = threading.Thread(target=lambda: engine.transcribe(jfk_audio))
+        first.start()
+        assert started.wait(30)
+        second = engine.transcribe(jfk_audio)
+        first.join()
+        stats = engine.stats()
+    assert stats["engine_encoded_aside"] == 1
+    assert second.text == tiny.transcribe(jfk_audio).text
 
 
 def test_a_request_cancelled_mid_decode_leaves_the_others_alone(tiny, jfk_audio, spoken,

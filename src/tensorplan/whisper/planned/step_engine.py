@@ -12,13 +12,15 @@ one thread owns the only `WhisperSession` and runs, in turn:
   one-window decoder graphs, exactly as a lone session would), or align words.
 
 Where the backend lets two threads split the cores (PyTorch's CPU kernels: `encodes_aside`),
-windows encode on a second session, on a thread of its own, beside the decoder steps;
-while that thread is busy and windows wait, the engine's thread encodes them too when it
-has nothing else to do. Each thread computes on its part of the cores while both work
-(machine.computing), on all of them alone. PyTorch's products may round differently on
-another thread count (float32 here; int8 on 4 cores or more), so on PyTorch an engine's
-window can differ from a lone session's in the last bits, as its batched steps already
-may; on numpy's kernels the engine encodes on its own thread only, and stays exact.
+windows encode on a second session, on a thread of its own, beside the decoder steps (a
+window asked for while the engine is idle is encoded on the engine's thread, where it is
+decoded next); while that thread is busy and windows wait, the engine's thread encodes
+them too when it has nothing else to do. Each thread computes on its part of the cores
+while both work (machine.computing), on all of them alone. PyTorch's products may round
+differently on another thread count (float32 here; int8 on 4 cores or more), so on
+PyTorch an engine's window can differ from a lone session's in the last bits, as its
+batched steps already may; on numpy's kernels the engine encodes on its own thread only,
+and stays exact.
 
 A task takes a window slot of its group's batch at its first step (its prompt's KV rows
 and its window's cross K/V are copied in) and frees it when it finishes; the last task
@@ -129,6 +131,7 @@ class StepEngine:
         self._encoder = WhisperSession(model) if encodes_aside(model) else None
         self._encodes: deque[_Encode] = deque()
         self._encoder_busy = False
+        self._working = False  # the engine's thread runs steps, a job or a window now
         self.encoded_aside = 0  # windows the encoder's thread encoded
         self._groups: dict[int, _Group] = {}
         self._cond = threading.Condition()
@@ -161,31 +164,35 @@ class StepEngine:
         `stream`: the stream whose window fn loads into the session's own graphs (a task
         decoding alone there for another stream moves into the batch first)."""
         job = _Job(fn, stream)
-        self._hand_over(self._jobs, job)
+        self._hand_over(lambda: (self._jobs, job))
         return job.result
 
     def encode_window(self, stream: Any, mel: np.ndarray) -> None:
         """Encode a window into the stream's store (stream.cross): on the encoder's own
-        thread when there is one, else as a job between steps."""
-        if self._encoder is None or self._idle():
-            self.call(lambda: self.encode(stream, mel), stream)
-            return
-        self._hand_over(self._encodes, _Encode(stream, mel))
+        thread when there is one and the engine is not idle, else as a job between
+        steps."""
+        here = _Job(lambda: self.encode(stream, mel), stream)
+        aside = _Encode(stream, mel)
+        # chosen and queued at once: two windows asked for together go one to each thread
+        self._hand_over(lambda: (self._jobs, here) if self._encoder is None or self._idle()
+                        else (self._encodes, aside))
 
     def _idle(self) -> bool:
-        """Nothing decodes, waits or encodes: a window is then encoded on the engine's own
-        thread and session, which its decoding reads next (no copy in, no second thread
-        waking up). One jfk request in process: 0.935 -> 0.97-0.98 of a lone session's
-        speed; the encoder's thread earns its keep only beside decoder steps."""
-        with self._cond:
-            return not (self._active() or self._joining or self._jobs or self._encodes
-                        or self._encoder_busy)
+        """Nothing decodes, waits or encodes (the caller holds the lock): a window is then
+        encoded on the engine's own thread and session, which its decoding reads next (no
+        copy in, no second thread waking up). One jfk request in process: 0.935 ->
+        0.97-0.98 of a lone session's speed; the encoder's thread earns its keep only
+        beside decoder steps."""
+        return not (self._working or self._active() or self._joining or self._jobs
+                    or self._encodes or self._encoder_busy)
 
-    def _hand_over(self, queue: deque[Any], job: _Job | _Encode) -> None:
-        """Queue job for the engine's threads and wait for it; its error is raised here."""
+    def _hand_over(self, choose: Callable[[], tuple[deque[Any], _Job | _Encode]]) -> None:
+        """Queue a job for the engine's threads (`choose`, under the lock, says which
+        queue and job) and wait for it; its error is raised here."""
         with self._cond:
             if self._closed:
                 raise EngineClosed("the engine is closed")
+            queue, job = choose()
             queue.append(job)
             self._cond.notify_all()
         job.done.wait()
@@ -275,13 +282,18 @@ class StepEngine:
                 # queued)
                 window = self._encodes.popleft() if not (ready or job) and \
                     self._encodes and self._encoder_busy else None
-            with computing():  # the cores are shared with the encoder's thread, if busy
-                if ready:
-                    self._run_steps(ready)
-                if job is not None:
-                    self._run_job(job)
-                if window is not None:
-                    self._encode_here(window)
+                self._working = bool(ready or job or window)
+            try:
+                with computing():  # the cores are shared with the encoder's thread, if busy
+                    if ready:
+                        self._run_steps(ready)
+                    if job is not None:
+                        self._run_job(job)
+                    if window is not None:
+                        self._encode_here(window)
+            finally:
+                with self._cond:
+                    self._working = False
 
     def _encode_loop(self) -> None:
         """The encoder's thread: windows in arrival order (one per stream at a time)."""
@@ -363,8 +375,9 @@ class StepEngine:
     def _group(self, n_group: int) -> _Group:
         group = self._groups.get(n_group)
         if group is None:
-            group = self._groups[n_group] = _Group(self.model.window_batch(self.windows,
-                                                                           n_group))
+            group = _Group(self.model.window_batch(self.windows, n_group))
+            with self._cond:  # request threads read the groups (_idle, stats)
+                self._groups[n_group] = group
         return group
 
     def _join(self, group: _Group, task: Task) -> None:
