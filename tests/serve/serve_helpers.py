@@ -104,3 +104,23 @@ def wait_idle(server: ServerProcess, timeout: float = 60.0) -> dict[str, Any]:
         if (h["busy_sessions"] == 0 and h["queued"] == 0) or time.monotonic() > deadline:
             return h
         time.sleep(0.1)
+
+
+def quiet(server: ServerProcess) -> int:
+    """The server's memory trims once it has been idle long enough for any pending one."""
+    from tensorplan.serve.idle_trim import IDLE_TRIM_S
+
+    wait_idle(server)
+    time.sleep(IDLE_TRIM_S + 1.5)
+    return int(server.health()["memory_trims"])
+
+
+def trimmed(server: ServerProcess, trims: int, timeout: float = 30.0) -> dict[str, Any]:
+    """/health once the server has handed memory back more than `trims` times (it does
+    so after a second without requests or live updates)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        h = wait_idle(server)
+        if h["memory_trims"] > trims or time.monotonic() > deadline:
+            return h
+        time.sleep(0.1)

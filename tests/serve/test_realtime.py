@@ -27,7 +27,7 @@ from realtime_helpers import (
     transcripts,
     word_edits,
 )
-from serve_helpers import KEY, ServerProcess
+from serve_helpers import KEY, ServerProcess, quiet, trimmed
 from vad_available import needs_vad
 
 from tensorplan.serve.realtime_session import MAX_PROMPT_CHARS
@@ -129,6 +129,21 @@ def test_the_beta_transcription_session_shape(server: ServerProcess) -> None:
     assert updated["turn_detection"]["silence_duration_ms"] == 1200
     assert normalize(" ".join(transcripts(events))) == normalize(GOLDEN)
     check_deltas_join(events)
+
+
+def test_a_server_that_only_served_realtime_hands_memory_back(server: ServerProcess,
+                                                               client: Any) -> None:
+    """Live updates count as work for the idle trim, so a server whose clients only
+    stream keeps no more than it needs once they are gone (a flood of 20 connections
+    left it 860 MiB bigger until a trim)."""
+    trims = quiet(server)
+    with realtime(client) as conn:
+        conn.send(current_update(None))
+        feeder = Feeder(conn.send, appends(jfk_pcm24(0.3)), speed=0,
+                        closing=({"type": "input_audio_buffer.commit"},))
+        feeder.start()
+        assert transcripts(collect(conn.recv_bytes))  # decoded: live updates ran
+    assert trimmed(server, trims)["memory_trims"] == trims + 1  # no request ran meanwhile
 
 
 def test_without_turn_detection_the_client_commits(client: Any) -> None:

@@ -14,9 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from serve_helpers import JFK, KEY, ServerProcess, wait_idle
-
-from tensorplan.serve.pool import IDLE_TRIM_S
+from serve_helpers import JFK, KEY, ServerProcess, quiet, trimmed, wait_idle
 
 TESTS = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(TESTS / "robustness"), str(TESTS / "whisper")]
@@ -110,36 +108,18 @@ def test_fields_asking_for_unbounded_work_are_400(server: ServerProcess) -> None
 def test_batched_requests_give_their_memory_back(server: ServerProcess) -> None:
     jfk = JFK.read_bytes()
     clips = "0,2.5,3,5.5,6,8.5,9,11"  # four chunks: 4 windows x 16 beams, 400 MB of caches
-    trims = _quiet(server)
+    trims = quiet(server)
     assert _post(server, "jfk.wav", jfk).status_code == 200
-    h = _trimmed(server, trims)
+    h = trimmed(server, trims)
     before, trims = h["rss_bytes"], h["memory_trims"]
     for _ in range(2):
         r = _post(server, "jfk.wav", jfk, batch_size="4", beam_size="16", sample_len="8",
                   clip_timestamps=clips)
         assert r.status_code == 200, r.text
-    after = _trimmed(server, trims)["rss_bytes"]
+    after = trimmed(server, trims)["rss_bytes"]
     # +49 MB measured; without the trim when idle glibc kept 230-310 MB (was +400 MB
     # before the batch's caches were freed at all)
     assert (after - before) / 2**20 < 120, (before, after)
-
-
-def _quiet(server: ServerProcess) -> int:
-    """The server's trims once it has been idle long enough for any pending one."""
-    wait_idle(server)
-    time.sleep(IDLE_TRIM_S + 1.5)
-    return int(server.health()["memory_trims"])
-
-
-def _trimmed(server: ServerProcess, trims: int, timeout: float = 30.0) -> dict[str, Any]:
-    """/health once the server has handed memory back more than `trims` times (it does
-    so after a second idle)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        h = wait_idle(server)
-        if h["memory_trims"] > trims or time.monotonic() > deadline:
-            return h
-        time.sleep(0.1)
 
 
 def test_memory_is_handed_back_after_a_quiet_spell_not_between_requests(
@@ -147,13 +127,13 @@ def test_memory_is_handed_back_after_a_quiet_spell_not_between_requests(
     """A client sending one request after another would pay for the trim: the next
     request faults the returned pages in again (3-4% of its speed)."""
     jfk = JFK.read_bytes()
-    trims = _quiet(server)
+    trims = quiet(server)
     assert _post(server, "jfk.wav", jfk).status_code == 200
-    trims = _trimmed(server, trims)["memory_trims"]
+    trims = trimmed(server, trims)["memory_trims"]
     for _ in range(3):  # back to back: no quiet second between them
         assert _post(server, "jfk.wav", jfk).status_code == 200
         assert server.health()["memory_trims"] == trims
-    assert _trimmed(server, trims)["memory_trims"] == trims + 1  # then one, once quiet
+    assert trimmed(server, trims)["memory_trims"] == trims + 1  # then one, once quiet
 
 
 # --- 3. configuration that cannot work ----------------------------------------------------

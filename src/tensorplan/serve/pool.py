@@ -18,11 +18,11 @@ import concurrent.futures
 import queue
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from typing import Any
 
-from tensorplan.machine import return_free_memory
 from tensorplan.serve.errors import ApiError
+from tensorplan.serve.idle_trim import IdleTrimmer
 
 
 class Cancelled(Exception):
@@ -70,16 +70,11 @@ class Job:
             raise Cancelled
 
 
-# the server hands freed memory back once it has been idle this long: trimming whenever the
-# last job ended cost a client sending one request after another 3-4% of its speed (the
-# next request faulted the returned pages in again; one jfk.wav at a time, interleaved
-# with a lone session in process: 0.94 against 0.97-0.98 of its speed without the trim)
-IDLE_TRIM_S = 1.0
-
-
 class Scheduler:
-    def __init__(self, pool: FixedSessionPool, max_queue: int, engine: Any = None) -> None:
+    def __init__(self, pool: FixedSessionPool, max_queue: int, engine: Any = None,
+                 trimmer: IdleTrimmer | None = None) -> None:
         self.pool = pool
+        self.trimmer = trimmer  # told when jobs run (idle_trim.py)
         self.engine = engine
         self.max_queue = max_queue
         self.workers = engine.windows if engine is not None else pool.size
@@ -87,11 +82,6 @@ class Scheduler:
         self.queued = 0  # admitted, waiting for a session
         self.busy = 0  # running on a session
         self.done = 0
-        self.trims = 0  # freed memory handed back to the OS (after IDLE_TRIM_S idle)
-        self._started = 0  # jobs started, ever: a trim waits for a spell without one
-        self._ran = False  # a job ended since the last trim
-        self._closed = False
-        self._changed = threading.Condition(self._lock)
         self._jobs: set[Job] = set()
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=self.workers, thread_name_prefix="tensorplan-session")
@@ -100,15 +90,14 @@ class Scheduler:
         for _ in range(self.workers):
             self._executor.submit(started.wait)
         started.wait()
-        self._trimmer = threading.Thread(target=self._trim_when_idle, daemon=True,
-                                         name="tensorplan-trim")
-        self._trimmer.start()
 
     def stats(self) -> dict[str, int]:
         with self._lock:
             stats = {"sessions": self.pool.size, "busy_sessions": self.busy,
                      "queued": self.queued, "max_queue": self.max_queue,
-                     "completed": self.done, "memory_trims": self.trims}
+                     "completed": self.done}
+        if self.trimmer is not None:
+            stats["memory_trims"] = self.trimmer.trims
         if self.engine is not None:
             stats.update(self.engine.stats(), streams=self.workers,
                          engine_bytes=self.engine.nbytes)
@@ -145,48 +134,20 @@ class Scheduler:
         """Cancel what is queued or running and wait for the workers to stop."""
         self.cancel_all()
         self._executor.shutdown(wait=True, cancel_futures=True)
-        with self._changed:
-            self._closed = True
-            self._changed.notify_all()
-        self._trimmer.join()
-
-    def _trim_when_idle(self) -> None:
-        """Hand freed memory back once the server has been idle IDLE_TRIM_S (the
-        trimmer's thread): a big request's arrays stay with the process otherwise
-        (machine.return_free_memory), and a quiet server is where the trim costs nobody."""
-        while True:
-            with self._changed:
-                self._changed.wait_for(lambda: self._closed or (
-                    self._ran and self.busy == 0 and self.queued == 0))
-                if self._closed:
-                    return
-                if self._changed.wait_for(self._work_came(self._started), IDLE_TRIM_S):
-                    continue  # work came back first (or the server is closing)
-                self._ran = False
-            return_free_memory()
-            with self._lock:
-                self.trims += 1
-
-    def _work_came(self, started: int) -> Callable[[], bool]:
-        """Whether a job started since `started` jobs had (or the server closes)."""
-        return lambda: self._closed or self._started != started
 
     def _work(self, job: Job) -> Any:
-        with self._changed:
+        with self._lock:
             self.queued -= 1
             self.busy += 1
-            self._started += 1
-            self._changed.notify_all()
         try:
             job.check()  # cancelled while it waited
-            with self._lend(job) as session:
+            with self._lend(job) as session, \
+                    self.trimmer.active() if self.trimmer is not None else nullcontext():
                 return job.run(session, job)
         finally:
-            with self._changed:
+            with self._lock:
                 self.busy -= 1
                 self.done += 1
-                self._ran = True
-                self._changed.notify_all()
 
     def _lend(self, job: Job) -> Any:
         if self.engine is not None:
@@ -194,10 +155,9 @@ class Scheduler:
         return self.pool.session()
 
     def _forget(self, job: Job, future: concurrent.futures.Future[Any]) -> None:
-        with self._changed:
+        with self._lock:
             self._jobs.discard(job)
             if future.cancelled():  # never started: it still counted as queued
                 self.queued -= 1
-                self._changed.notify_all()
         if job.cleanup is not None:
             job.cleanup()
