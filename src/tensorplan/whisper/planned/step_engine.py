@@ -297,6 +297,12 @@ class StepEngine:
 
     def _encode_loop(self) -> None:
         """The encoder's thread: windows in arrival order (one per stream at a time)."""
+        # a first pass over silence, alone and on every core: PyTorch's compute pool is
+        # per OS thread and grows at the first kernel that asks for more threads, so this
+        # thread's is made at start, not under load (a 16-client test saw the server's
+        # threads grow by one once the engine encoded lone windows on its own thread)
+        assert self._encoder is not None
+        self._encoder.encode(np.zeros(self.model.mel.shape, np.float32))
         while True:
             with self._cond:
                 while not (self._closed or self._encodes):
