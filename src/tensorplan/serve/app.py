@@ -73,7 +73,7 @@ class ServerState:
             engine = (model.engine(windows, prepare=(beams,))
                       if windows and hasattr(model, "engine") else None)
             self.trimmer = IdleTrimmer()
-            scheduler = Scheduler(pool, self.config.max_queue, engine, self.trimmer)
+            scheduler = Scheduler(pool, self.config.max_queue, self.trimmer, engine)
             self.model = model
             self.live = _live_engine(pool, engine is not None, self.trimmer)
             self.parser.multilingual = bool(getattr(model, "is_multilingual", True))

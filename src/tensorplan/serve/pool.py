@@ -18,7 +18,7 @@ import concurrent.futures
 import queue
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from tensorplan.serve.errors import ApiError
@@ -71,8 +71,8 @@ class Job:
 
 
 class Scheduler:
-    def __init__(self, pool: FixedSessionPool, max_queue: int, engine: Any = None,
-                 trimmer: IdleTrimmer | None = None) -> None:
+    def __init__(self, pool: FixedSessionPool, max_queue: int, trimmer: IdleTrimmer,
+                 engine: Any = None) -> None:
         self.pool = pool
         self.trimmer = trimmer  # told when jobs run (idle_trim.py)
         self.engine = engine
@@ -95,9 +95,7 @@ class Scheduler:
         with self._lock:
             stats = {"sessions": self.pool.size, "busy_sessions": self.busy,
                      "queued": self.queued, "max_queue": self.max_queue,
-                     "completed": self.done}
-        if self.trimmer is not None:
-            stats["memory_trims"] = self.trimmer.trims
+                     "completed": self.done, "memory_trims": self.trimmer.trims}
         if self.engine is not None:
             stats.update(self.engine.stats(), streams=self.workers,
                          engine_bytes=self.engine.nbytes)
@@ -141,8 +139,7 @@ class Scheduler:
             self.busy += 1
         try:
             job.check()  # cancelled while it waited
-            with self._lend(job) as session, \
-                    self.trimmer.active() if self.trimmer is not None else nullcontext():
+            with self._lend(job) as session, self.trimmer.active():
                 return job.run(session, job)
         finally:
             with self._lock:

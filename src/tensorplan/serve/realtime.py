@@ -170,9 +170,6 @@ class Connection:
         self.loop = asyncio.get_running_loop()
         self.outbox: asyncio.Queue[str | None] = asyncio.Queue(MAX_SEND_QUEUE)
         self.dropped = False
-        # a send failed: the client left. Frames it sent before leaving may still wait in
-        # the transport's queue, ahead of the disconnect: they are not decoded
-        self.gone = False
         self.queued_bytes = 0  # of the texts in outbox
         self.token = secrets.token_hex(5)
         self.last_item: str | None = None
@@ -190,9 +187,9 @@ class Connection:
         try:
             self.send({"type": self.session.created_event(), "event_id": _event_id(),
                        "session": self.session.render()})
-            while not (self.dropped or self.gone):
+            while not (self.dropped or self._gone):
                 message = await self.websocket.receive()
-                if message["type"] == "websocket.disconnect" or self.gone:
+                if message["type"] == "websocket.disconnect" or self._gone:
                     break
                 await self._handle(dict(message))
         except WebSocketDisconnect:
@@ -257,8 +254,14 @@ class Connection:
         """The client is gone (a send failed): its stream is closed now, with the audio
         it had sent and not yet been decoded, instead of after the frames still queued
         before its disconnect (20 flooding clients that vanished were decoded for 57 s)."""
-        self.gone = True
         self.state.live.close(self.stream)
+
+    @property
+    def _gone(self) -> bool:
+        """The stream was closed while the connection ran: its client left (_left), and
+        frames it sent before leaving, still waiting ahead of the disconnect, are not
+        decoded."""
+        return self.stream.closed
 
     async def _close(self, code: int, reason: str) -> None:
         try:
@@ -402,7 +405,7 @@ class Connection:
                              "audio_too_large", "audio")
         # off the event loop: 2 MiB appends on 8 connections held /health for up to 1.3 s
         samples = await asyncio.to_thread(self._decoded, audio)
-        while self.stream.backlog_s() > MAX_BACKLOG_S and not (self.dropped or self.gone):
+        while self.stream.backlog_s() > MAX_BACKLOG_S and not (self.dropped or self._gone):
             await asyncio.sleep(0.05)  # the engine is behind: stop reading for a while
-        if not self.gone:
+        if not self._gone:
             await asyncio.to_thread(self.stream.append, samples)

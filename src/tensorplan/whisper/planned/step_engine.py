@@ -171,11 +171,10 @@ class StepEngine:
         """Encode a window into the stream's store (stream.cross): on the encoder's own
         thread when there is one and the engine is not idle, else as a job between
         steps."""
-        here = _Job(lambda: self.encode(stream, mel), stream)
-        aside = _Encode(stream, mel)
         # chosen and queued at once: two windows asked for together go one to each thread
-        self._hand_over(lambda: (self._jobs, here) if self._encoder is None or self._idle()
-                        else (self._encodes, aside))
+        self._hand_over(lambda: (self._jobs, _Job(lambda: self.encode(stream, mel), stream))
+                        if self._encoder is None or self._idle()
+                        else (self._encodes, _Encode(stream, mel)))
 
     def _idle(self) -> bool:
         """Nothing decodes, waits or encodes (the caller holds the lock): a window is then
